@@ -1,0 +1,95 @@
+"""Shapes, broadcasting and the offset maps that let kernels read any layout in place."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of ``shapes``; a ``ValueError`` naming the operator and shapes if none."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        listed = " and ".join(str(tuple(s)) for s in shapes)
+        raise ValueError(f"{op}: shapes {listed} do not broadcast") from None
+
+
+def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
+    """A 1-D read-only view over the memory an array spans, plus how to index it.
+
+    Returns ``(buf, origin, strides)`` with element ``a[i0, i1, ...]`` at
+    ``buf[origin + i0 * strides[0] + i1 * strides[1] + ...]``.  Strides are in elements and
+    may be negative or zero.  No data is copied unless the array is misaligned or its strides
+    are not whole elements (rare views of packed records), where a compact copy is made.
+    """
+    item = a.itemsize
+    if not a.flags.aligned or any(s % item for s in a.strides):
+        a = np.ascontiguousarray(a)
+    strides = tuple(s // item for s in a.strides)
+    if a.size == 0:
+        return np.empty(0, a.dtype), 0, strides
+    lo = sum((n - 1) * s for n, s in zip(a.shape, strides) if s < 0)
+    hi = sum((n - 1) * s for n, s in zip(a.shape, strides) if s > 0)
+    # Index the lowest-addressed element, then view the span [lo, hi] from there.
+    first = tuple(n - 1 if s < 0 else 0 for n, s in zip(a.shape, strides))
+    start = a[tuple(slice(i, i + 1) for i in first)].reshape(1)
+    base = np.lib.stride_tricks.as_strided(
+        start, shape=(hi - lo + 1,), strides=(item,), writeable=False
+    )
+    return base, -lo, strides
+
+
+def batch_offsets(
+    origin: int, shape: tuple[int, ...], strides: tuple[int, ...], out_shape: tuple[int, ...]
+) -> np.ndarray:
+    """Element offset of each entry of a batch that broadcasts ``shape`` to ``out_shape``.
+
+    One int64 per batch entry (per matrix, never per element), in C order of ``out_shape``;
+    broadcast axes (missing or of size 1) contribute stride 0.
+    """
+    pad = len(out_shape) - len(shape)
+    offsets = np.full((1,) * len(out_shape), origin, dtype=np.int64)
+    for d, n in enumerate(out_shape):
+        sd = d - pad
+        if sd < 0 or shape[sd] == 1 or n == 1:
+            continue
+        step = np.arange(n, dtype=np.int64) * strides[sd]
+        offsets = offsets + step.reshape((1,) * d + (n,) + (1,) * (len(out_shape) - d - 1))
+    return np.ascontiguousarray(np.broadcast_to(offsets, out_shape)).reshape(-1)
+
+
+def broadcast_strides(
+    shape: tuple[int, ...], strides: tuple[int, ...], out_shape: tuple[int, ...]
+) -> list[int]:
+    """Element strides of ``shape`` broadcast to ``out_shape``: 0 on broadcast axes."""
+    pad = len(out_shape) - len(shape)
+    result = [0] * len(out_shape)
+    for d in range(len(shape)):
+        if shape[d] != 1:
+            result[d + pad] = strides[d]
+    return result
+
+
+def coalesce(shape: list[int], *stride_sets: list[int]) -> tuple[list[int], list[list[int]]]:
+    """Merge adjacent axes that every operand walks as one; drop axes of length 1.
+
+    Returns the shorter shape and the matching strides of each operand, so the innermost loop
+    of an elementwise kernel is as long as the layouts allow.
+    """
+    new_shape: list[int] = []
+    new_strides: list[list[int]] = [[] for _ in stride_sets]
+    for d, n in enumerate(shape):
+        if n == 1:
+            continue
+        if new_shape and all(new_strides[k][-1] == s[d] * n for k, s in enumerate(stride_sets)):
+            new_shape[-1] *= n
+            for k, s in enumerate(stride_sets):
+                new_strides[k][-1] = s[d]
+            continue
+        new_shape.append(n)
+        for k, s in enumerate(stride_sets):
+            new_strides[k].append(s[d])
+    if not new_shape:
+        new_shape = [1]
+        new_strides = [[0] for _ in stride_sets]
+    return new_shape, new_strides

@@ -1,0 +1,47 @@
+"""Dtype helpers: bfloat16, input coercion, and the kernel-side representation of each dtype."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+FLOAT16 = np.dtype(np.float16)
+
+# How a kernel sees an array's elements. Half types travel as their uint16 bits (numba has no
+# float16 arithmetic on the CPU); the kernels convert them in registers.  NATIVE means "the
+# numba type of the array is the value type".  These codes are runtime arguments, so half types
+# share the uint16 specialization instead of multiplying compilations.
+NATIVE = 0
+F16 = 1
+BF16 = 2
+
+
+def kernel_view(a: np.ndarray) -> tuple[np.ndarray, int]:
+    """Return ``(array numba can read, kind code)`` for a validated array of any layout."""
+    if a.dtype == FLOAT16:
+        return a.view(np.uint16), F16
+    if a.dtype == BFLOAT16:
+        return a.view(np.uint16), BF16
+    return a, NATIVE
+
+
+def as_input(value, op: str) -> np.ndarray:
+    """Coerce an operand to an ndarray without changing its dtype.
+
+    Subclasses become plain ndarrays; non-native byte order becomes native (a copy); masked
+    arrays are refused, since their mask would be silently dropped.
+    """
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError(f"{op}: masked arrays are not supported (the mask would be dropped)")
+    a = np.asarray(value)
+    if type(a) is not np.ndarray:
+        a = a.view(np.ndarray)
+    if not a.dtype.isnative:
+        a = a.astype(a.dtype.newbyteorder("="))
+    return a
+
+
+def is_weak_scalar(value) -> bool:
+    """A plain Python int or float (not bool, not a numpy scalar): weakly typed as in NumPy 2."""
+    return type(value) in (int, float)

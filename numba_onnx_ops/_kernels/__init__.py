@@ -1,0 +1,1 @@
+"""Numba kernels: loops only, on validated arrays with a preallocated output."""

@@ -1,0 +1,157 @@
+"""Pow front layer: version and dtype checks, weak Python scalars, broadcasting, dispatch.
+
+(Named ``power`` so the module does not shadow the function ``pow`` in the package namespace.)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
+from ._dtypes import as_input, is_weak_scalar, kernel_view
+from ._front import check_dtype, finish, prepare_out
+from ._kernels.power import pow_strided
+from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
+
+
+def pow(  # noqa: A001 - the ONNX operator's name
+    X,
+    Y,
+    *,
+    opset: int | None = None,
+    broadcast: int | None = None,
+    axis: int | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Elementwise ``X ** Y`` as ONNX Pow defines it.
+
+    Parameters
+    ----------
+    X : array_like
+        The base.  Pow-1/7: float16, float32, float64; Pow-12 adds int32, int64; Pow-13 adds
+        bfloat16.
+    Y : array_like
+        The exponent.  Pow-1/7: the same dtype as ``X``.  Pow-12 on: any of float16/32/64,
+        int8..int64, uint8..uint64, independently of ``X``; Pow-15 adds bfloat16.  A plain
+        Python ``int``/``float`` is weakly typed: it takes ``X``'s dtype where the version
+        needs one dtype, else becomes int64/float64.
+    opset : int, optional
+        Default-domain opset of the model; selects Pow-1, 7, 12, 13 or 15.  ``None``: newest.
+    broadcast, axis : int, optional
+        Pow-1's legacy attributes.  ``broadcast=1`` lets ``Y`` be a one-element tensor or match
+        a contiguous run of ``X``'s dimensions starting at ``axis`` (default: the trailing
+        ones); with ``broadcast=0`` (default) the shapes must be equal.  A Python scalar ``Y``
+        is a constant and always applies to every element.  From Pow-7 on, broadcasting is
+        numpy-style and these attributes do not exist.
+    out : numpy.ndarray, optional
+        Array of the result's exact shape and dtype to fill and return.
+
+    Returns
+    -------
+    numpy.ndarray
+        The power, of ``X``'s dtype.  Floats: within 1 ulp of the correctly rounded value
+        (C99 ``pow`` special values).  Integer bases: exact with wraparound for integer
+        exponents (see ``shared/spec/semantics.md`` for negative exponents and float ones).
+
+    Raises
+    ------
+    TypeError
+        A dtype the version does not allow, ``X`` and ``Y`` of different dtypes at Pow-1/7,
+        ``broadcast``/``axis`` at Pow-7 or later, or ``out`` of the wrong dtype.
+    ValueError
+        A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
+        ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
+    """
+    version = resolve_version("Pow", opset)
+    label = f"Pow-{version}"
+    legacy = version in POW_LEGACY_BROADCAST
+    if not legacy and (broadcast is not None or axis is not None):
+        raise TypeError(
+            f"{label}: the broadcast and axis attributes exist only in Pow-1 (opset < 7)"
+        )
+    x, y = _operands(label, version, X, Y)
+    if legacy and not is_weak_scalar(Y):
+        y = _legacy_broadcast(label, x, y, broadcast, axis)
+        shape = x.shape
+    else:
+        shape = broadcast_shape(label, x.shape, y.shape)
+    result, target = prepare_out(label, out, shape, x.dtype, (x, y))
+    if target.size:
+        _run(x, y, shape, target)
+    return finish(result, target)
+
+
+def _operands(label: str, version: int, X, Y) -> tuple[np.ndarray, np.ndarray]:
+    """Arrays for X and Y with the version's dtype rules applied (weak scalars included)."""
+    t, t1 = POW_TYPES[version]
+    shared = version in POW_SHARED_T
+    x_weak, y_weak = is_weak_scalar(X), is_weak_scalar(Y)
+    x = None if (shared and x_weak and not y_weak) else as_input(X, label)
+    y = None if (shared and y_weak and not x_weak) else as_input(Y, label)
+    if x is None:
+        check_dtype(label, "Y", y.dtype, t1)
+        x = _weak(X, y.dtype)
+    if y is None:
+        check_dtype(label, "X", x.dtype, t)
+        y = _weak(Y, x.dtype)
+    check_dtype(label, "X", x.dtype, t)
+    check_dtype(label, "Y", y.dtype, t1)
+    if shared and x.dtype != y.dtype:
+        raise TypeError(f"{label}: X and Y must have the same dtype, got {x.dtype} and {y.dtype}")
+    return x, y
+
+
+def _weak(value, dtype: np.dtype) -> np.ndarray:
+    with np.errstate(over="ignore"):  # 1e6 as float16 is inf, as in NumPy's weak promotion
+        return np.asarray(value, dtype=dtype)
+
+
+def _legacy_broadcast(label, x: np.ndarray, y: np.ndarray, broadcast, axis) -> np.ndarray:
+    """Y reshaped to X's rank under Pow-1's rules (no size-1 expansion), or a ValueError."""
+    if broadcast is None or broadcast == 0:
+        if x.shape != y.shape:
+            raise ValueError(
+                f"{label}: without broadcast=1, X and Y must have the same shape; "
+                f"got {x.shape} and {y.shape}"
+            )
+        return y
+    if broadcast != 1:
+        raise ValueError(f"{label}: broadcast must be 0 or 1, got {broadcast!r}")
+    if y.size == 1 and y.ndim <= x.ndim:
+        return y.reshape(())
+    start = x.ndim - y.ndim if axis is None else axis
+    if axis is not None and axis < 0:
+        start = axis + x.ndim
+    if y.ndim > x.ndim or not 0 <= start <= x.ndim - y.ndim:
+        raise ValueError(
+            f"{label}: Y of shape {y.shape} cannot broadcast to X of shape {x.shape} at axis {axis}"
+        )
+    if x.shape[start : start + y.ndim] != y.shape:
+        where = "the trailing dimensions" if axis is None else f"the dimensions from axis {axis}"
+        raise ValueError(
+            f"{label}: Y of shape {y.shape} must equal {where} of X of shape {x.shape} "
+            "(Pow-1 has no size-1 expansion)"
+        )
+    return y.reshape((1,) * start + y.shape + (1,) * (x.ndim - start - y.ndim))
+
+
+def _imin(dtype: np.dtype) -> int:
+    return int(np.iinfo(dtype).min) if dtype.kind == "i" else 0
+
+
+def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
+    xv, xkind = kernel_view(x)
+    yv, ykind = kernel_view(y)
+    xbuf, xorg, xstr = flat_buffer(xv)
+    ybuf, yorg, ystr = flat_buffer(yv)
+    dims, (xs, ys) = coalesce(
+        list(shape),
+        broadcast_strides(x.shape, xstr, shape),
+        broadcast_strides(y.shape, ystr, shape),
+    )
+    tview = kernel_view(target)[0].reshape(-1)
+    pow_strided(
+        xbuf, xorg, np.array(xs, np.int64), xkind,
+        ybuf, yorg, np.array(ys, np.int64), ykind,
+        tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
+    )  # fmt: skip
