@@ -1,0 +1,33 @@
+"""The README's promises: its two opening commands and its code example stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _opening_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", README, re.S)
+    assert block, "README must open with a bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_opens_with_two_commands():
+    assert README.index("```bash") < README.index("## "), "the commands come first"
+    assert len(_opening_commands()) == 2
+
+
+def test_ci_runs_the_readme_test_command():
+    test_command = _opening_commands()[1]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    assert test_command in [line.strip() for line in ci]
+
+
+def test_readme_python_example_runs():
+    block = re.search(r"```python\n(.*?)```", README, re.S)
+    namespace: dict = {}
+    exec(compile(block.group(1), "README.md", "exec"), namespace)
+    assert namespace["c"].shape == (8, 64, 16)
