@@ -4,14 +4,18 @@
 >>> nox.matmul(a, b)          # doctest: +SKIP
 >>> nox.pow(x, 3.0, opset=13)  # doctest: +SKIP
 
-Kernels compile on first use for each dtype and are cached on disk by numba.
+Nothing compiles at import: each kernel compiles on first use for a dtype and numba caches it
+on disk.
 """
 
 from __future__ import annotations
 
+from . import _parallel
 from ._versions import MATMUL_TYPES, POW_TYPES, resolve_version
 from .matmul import matmul
 from .power import pow  # noqa: A004 - the ONNX operator's name
+
+_parallel.prefer_tbb()  # before any kernel starts numba's threads
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,101 @@
+"""Threading-layer policy: make every kernel launch safe from threads and forked children.
+
+numba's threading layers differ (numba docs, "Selecting a threading layer"):
+
+- ``tbb``: safe from many threads and after ``fork``.  Preferred.
+- ``omp`` (GNU OpenMP on Linux): safe from many threads, but a child made by ``fork`` after the
+  parent ran a parallel region is killed at its first one.
+- ``workqueue``: safe after ``fork``, but two threads launching at once abort the process.
+
+Policy: at import, if numba has not chosen a layer yet and the user has not named one, load
+the ``tbb`` package's ``libtbb`` (a dependency of this package) into the process so numba's own
+default order (tbb, omp, workqueue) finds it; numba's settings are left untouched, so the user's
+other numba code sees the same choice numba would make with TBB on the loader's path.  Whatever
+layer is in force, ``launch`` then makes calls safe: under ``workqueue`` launches are
+serialized by a lock; under ``omp`` a forked child runs serial twins of the kernels (compiled
+there on first use).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from importlib import metadata
+
+import numba
+from numba.np.ufunc import parallel as _numba_parallel
+
+_lock = threading.Lock()
+_forked_after_start = False  # this process is a fork of one whose layer had started
+_serial_twins: dict = {}
+
+
+def _libtbb_path() -> str | None:
+    """The ``tbb`` distribution's shared library, if it is installed."""
+    try:
+        files = metadata.files("tbb") or []
+    except metadata.PackageNotFoundError:
+        return None
+    names = ("libtbb.so.12", "libtbb.12.dylib", "tbb12.dll")
+    for f in files:
+        if f.name in names:
+            path = str(f.locate())
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def prefer_tbb() -> None:
+    """Load libtbb before numba picks a layer, unless the user or numba already chose."""
+    if _numba_parallel._is_initialized or str(numba.config.THREADING_LAYER).lower() != "default":
+        return
+    path = _libtbb_path()
+    if path is None:
+        return
+    try:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    except OSError:  # a broken install: numba falls back to omp/workqueue, launch() copes
+        pass
+
+
+def threading_layer() -> str | None:
+    """The layer numba runs parallel kernels on, or ``None`` before the first launch."""
+    try:
+        return numba.threading_layer()
+    except ValueError:
+        return None
+
+
+def _serial(kernel):
+    twin = _serial_twins.get(kernel)
+    if twin is None:
+        # Not cached on disk: the twin shares its source with the parallel kernel, and a
+        # forked child of an OpenMP process is the only place it is ever needed.
+        twin = _serial_twins[kernel] = numba.njit(nogil=True)(kernel.py_func)
+    return twin
+
+
+def launch(kernel, *args):
+    """Call a ``parallel=True`` kernel in the way the active threading layer allows."""
+    if not _numba_parallel._is_initialized:
+        with _lock:  # the first launch picks the layer; two threads must not race it
+            if not _numba_parallel._is_initialized:
+                return kernel(*args)
+    layer = _numba_parallel._threading_layer
+    if layer == "tbb":
+        return kernel(*args)
+    if layer == "omp":
+        return (_serial(kernel) if _forked_after_start else kernel)(*args)
+    with _lock:  # workqueue (or unknown): one parallel launch at a time
+        return kernel(*args)
+
+
+def _after_fork_in_child() -> None:
+    global _forked_after_start
+    if _numba_parallel._is_initialized:
+        _forked_after_start = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
