@@ -1,0 +1,353 @@
+"""Every MatMul dispatch path, exercised on purpose and checked against exact or float64 oracles.
+
+The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_direct``,
+``matmul_small``, ``matmul_packed``, ``matmul_rows_dot`` and ``matmul_cols_axpy``.  Each case
+below names the path it must take (a spy on the launches records it), so a change of the
+dispatch rules cannot silently leave a kernel untested.  Sizes sit on and around the kernels'
+block sizes (micro-tiles 4x3, k padding 8, row blocks 4, column strips of one and two
+vectors, K blocks), layouts cover Fortran order, negative and non-unit strides and broadcast
+batches.  Integers are compared exactly (Python integers reduced modulo 2**bits); floats
+against a float64 product with the error bound of any summation order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+from numba.core import config as numba_config
+
+import numba_onnx_ops as noo
+
+front = importlib.import_module("numba_onnx_ops.matmul")
+kernels = importlib.import_module("numba_onnx_ops._kernels.matmul")
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+I32, I64, U32, U64 = (np.dtype(t) for t in (np.int32, np.int64, np.uint32, np.uint64))
+INTS = (I32, I64, U32, U64)
+HALVES = (F16, BF16)
+
+_NAMES = {
+    "matmul_direct": "direct",
+    "matmul_small": "small",
+    "matmul_packed": "packed",
+    "matmul_rows_dot": "rows_dot",
+    "matmul_cols_axpy": "cols_axpy",
+}
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(20261129)
+
+
+@pytest.fixture
+def paths(monkeypatch):
+    """The list of paths the calls inside the test took, in order."""
+    seen: list[str] = []
+    real_launch = front.launch
+    real_blas = front._np_matmul
+
+    def launch(kernel, *args):
+        seen.append(_NAMES[kernel.py_func.__name__])
+        return real_launch(kernel, *args)
+
+    def blas(*args, **kwargs):
+        seen.append("blas")
+        return real_blas(*args, **kwargs)
+
+    monkeypatch.setattr(front, "launch", launch)
+    monkeypatch.setattr(front, "_np_matmul", blas)
+    return seen
+
+
+# ------------------------------------------------------------------------------------------
+# oracles
+# ------------------------------------------------------------------------------------------
+def operand(rng, shape, dtype, layout="C"):
+    """Random values of ``dtype`` in ``shape``, laid out as ``layout``.
+
+    Layouts: "C"; "F" (Fortran order); "neg" (both matrix axes reversed); "step" (every
+    other element of a larger array along both matrix axes).
+    """
+    if dtype in INTS:
+        info = np.iinfo(dtype)
+        x = rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    else:
+        x = rng.uniform(-2, 2, size=shape).astype(dtype)
+    if layout == "C":
+        return x
+    if layout == "F":
+        return np.asfortranarray(x)
+    if layout == "neg":
+        big = np.empty_like(x)
+        big[...] = x[..., ::-1, ::-1] if x.ndim >= 2 else x[::-1]
+        return big[..., ::-1, ::-1] if x.ndim >= 2 else big[::-1]
+    if layout == "step":
+        big = np.zeros(shape[:-2] + (2 * shape[-2], 2 * shape[-1]), dtype)
+        big[..., ::2, ::2] = x
+        return big[..., ::2, ::2]
+    raise ValueError(layout)
+
+
+def exact_int_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy.matmul's result in Python integers, reduced modulo 2**bits of the dtype."""
+    dtype = a.dtype
+    bits = dtype.itemsize * 8
+    wide = np.matmul(a.astype(object), b.astype(object))
+
+    def wrap(v: int) -> int:
+        v %= 1 << bits
+        return v - (1 << bits) if dtype.kind == "i" and v >= 1 << (bits - 1) else v
+
+    return np.asarray(np.vectorize(wrap, otypes=[object])(wide).tolist(), dtype=dtype)
+
+
+def assert_int_exact(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    want = exact_int_product(a, b)
+    assert got.dtype == a.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def assert_float_close(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
+    """|got - exact| <= K * eps(acc) * (|A| @ |B|) + half an ulp of the output format."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    want = np.matmul(a64, b64)
+    bound_sum = np.matmul(np.abs(a64), np.abs(b64))
+    k = a.shape[-1]
+    acc_eps = np.finfo(np.float64 if a.dtype == F64 else np.float32).eps
+    tol = 2 * k * acc_eps * bound_sum
+    if a.dtype in HALVES:
+        half_ulp, subnormal = (2.0**-11, 2.0**-25) if a.dtype == F16 else (2.0**-8, 2.0**-134)
+        tol = tol + half_ulp * np.abs(want) + subnormal
+    assert got.dtype == a.dtype and got.shape == want.shape
+    err = np.abs(got.astype(np.float64) - want)
+    assert np.all(err <= tol), f"max excess {np.max(err - tol)}"
+
+
+def check(a: np.ndarray, b: np.ndarray, **kwargs) -> np.ndarray:
+    got = noo.matmul(a, b, **kwargs)
+    if a.dtype in INTS:
+        assert_int_exact(got, a, b)
+    else:
+        assert_float_close(got, a, b)
+    return got
+
+
+# ------------------------------------------------------------------------------------------
+# the paths
+# ------------------------------------------------------------------------------------------
+# (A shape, B shape) around the direct kernel's blocks: rows 4 at a time, strips of two
+# vectors (16 float32/int32 columns, 8 float64/int64), K of any length up to its limit.
+DIRECT_SHAPES = [
+    ((2, 2), (2, 17)),
+    ((3, 5), (5, 16)),
+    ((4, 7), (7, 3)),
+    ((5, 9), (9, 33)),
+    ((13, 31), (31, 31)),
+    ((17, 1), (1, 40)),
+    ((2, 9, 3), (2, 3, 19)),
+]
+
+
+@pytest.mark.parametrize("shapes", DIRECT_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", INTS, ids=str)
+def test_direct_integers(paths, rng, dtype, shapes):
+    check(operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype))
+    assert paths == ["direct"]
+
+
+@pytest.mark.parametrize("layout_a", ["C", "F", "neg", "step"])
+@pytest.mark.parametrize("layout_b", ["C", "F", "neg", "step"])
+def test_direct_layouts(paths, rng, layout_a, layout_b):
+    a = operand(rng, (3, 6, 11), I32, layout_a)
+    b = operand(rng, (3, 11, 21), I32, layout_b)
+    check(a, b)
+    assert paths == ["direct"]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_direct_float_batches(paths, rng, dtype):
+    check(operand(rng, (5, 21, 19), dtype), operand(rng, (5, 19, 35), dtype))
+    assert paths == ["direct"]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_direct_small_halves(paths, rng, dtype):
+    check(operand(rng, (2, 9, 13), dtype), operand(rng, (2, 13, 20), dtype))
+    assert paths == ["direct"]
+
+
+def test_direct_broadcast_batches(paths, rng):
+    a = operand(rng, (4, 1, 6, 9), I64)
+    b = operand(rng, (1, 3, 9, 10), I64)
+    got = check(a, b)
+    assert got.shape == (4, 3, 6, 10)
+    assert paths == ["direct"]
+
+
+def test_direct_zero_stride_batch(paths, rng):
+    a = np.broadcast_to(operand(rng, (7, 5), U32), (3, 7, 5))  # stride 0 along the batch
+    check(a, operand(rng, (3, 5, 18), U32))
+    assert paths == ["direct"]
+
+
+# matmul_small: N of one to two vectors, B rows contiguous; the last strip is shifted left.
+@pytest.mark.parametrize(
+    "dtype, n", [(F32, 8), (F32, 9), (F32, 15), (I32, 12), (U32, 8), (F64, 4), (I64, 7), (U64, 5)]
+)
+@pytest.mark.parametrize("m", [2, 3, 4, 8, 9])
+def test_small_batches(paths, rng, dtype, n, m):
+    check(operand(rng, (6, m, 7), dtype), operand(rng, (6, 7, n), dtype))
+    assert paths == ["small"]
+
+
+def test_small_half_and_strided_a(paths, rng):
+    a = operand(rng, (4, 5, 6), F16, "F")
+    check(a, operand(rng, (4, 6, 8), F32).astype(F16))
+    assert paths == ["small"]
+
+
+def test_small_needs_unit_column_stride(paths, rng):
+    b = operand(rng, (4, 6, 8), F32, "F")  # column stride 6: the direct kernel copies strips
+    check(operand(rng, (4, 5, 6), F32), b)
+    assert paths == ["direct"]
+
+
+# matmul_packed: long K (past the direct kernel's strip limit) and large half products.
+def test_packed_long_k_integers(paths, rng):
+    k = front._DIRECT_KMAX + 77
+    for dtype in (I32, U64):
+        paths.clear()
+        check(operand(rng, (3, k), dtype), operand(rng, (k, 5), dtype))
+        assert paths == ["packed"]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "neg"])
+def test_packed_halves(paths, rng, dtype, layout):
+    # 70 x 65 x 70 > 2**18 multiply-adds; sizes off the 4x3 micro-tile and the k padding
+    a = operand(rng, (70, 65), dtype, layout)
+    b = operand(rng, (65, 70), dtype, layout)
+    check(a, b)
+    assert paths == ["packed"]
+
+
+def test_packed_half_batches_broadcast(paths, rng):
+    a = operand(rng, (2, 1, 67, 73), BF16)
+    b = operand(rng, (3, 73, 61), BF16)
+    check(a, b)
+    assert paths == ["packed"]
+
+
+def test_packed_k_blocks(paths, rng, monkeypatch):
+    # force several K blocks, M and N chunks with a small block choice
+    monkeypatch.setattr(front, "_packed_blocks", lambda item, nb, m, n, k: (37, 26, 40, 8))
+    a = operand(rng, (2, 75, 130), F16)
+    b = operand(rng, (2, 130, 53), F16)
+    check(a, b)
+    assert paths == ["packed"]
+
+
+@pytest.mark.parametrize("dtype", INTS + (F32, F64), ids=str)
+def test_packed_every_type(paths, rng, monkeypatch, dtype):
+    monkeypatch.setattr(front, "_DIRECT_KMAX", 8)  # send everything with K > 8 to packed
+    a = operand(rng, (2, 11, 29), dtype, "F")
+    b = operand(rng, (2, 29, 14), dtype, "neg")
+    check(a, b)
+    assert paths == ["packed"]
+
+
+# matrix-vector and vector-matrix
+@pytest.mark.parametrize("dtype", INTS + HALVES + (F32,), ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "neg"])
+def test_rows_dot(paths, rng, dtype, layout):
+    a = operand(rng, (3, 37, 300), dtype, layout)
+    x = operand(rng, (300,), dtype)
+    got = check(a, x)
+    assert got.shape == (3, 37)
+    assert paths == ["rows_dot"]
+
+
+@pytest.mark.parametrize("dtype", INTS + HALVES + (F32,), ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "step"])
+def test_cols_axpy(paths, rng, dtype, layout):
+    x = operand(rng, (2, 1, 150), dtype)
+    b = operand(rng, (2, 150, 1100), dtype, layout)  # more than one task of columns
+    got = check(x, b)
+    assert got.shape == (2, 1, 1100)
+    assert paths == ["cols_axpy"]
+
+
+def test_vector_dot_vector(paths, rng):
+    x = operand(rng, (1000,), I64)
+    y = operand(rng, (1000,), I64)
+    got = noo.matmul(x, y)
+    assert got.shape == () and got == exact_int_product(x[None], y[:, None])[0, 0]
+    assert paths == ["rows_dot"]
+
+
+# numpy's BLAS for float32/float64
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("shapes", [((4, 4), (4, 4)), ((33, 70), (70, 9)), ((5, 7), (7,))])
+def test_blas_two_dimensional(paths, rng, dtype, shapes):
+    a, b = operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype)
+    check(a, b)
+    check(a, b, out=np.empty(np.matmul(a, b).shape, dtype))
+    assert paths == ["blas", "blas"]
+
+
+def test_fast_path_keeps_every_check(paths, rng):
+    a = operand(rng, (4, 3), F32)
+    with pytest.raises(ValueError, match=r"\(4, 3\).*\(4, 4\)"):
+        noo.matmul(a, operand(rng, (4, 4), F32))
+    with pytest.raises(TypeError, match="same dtype"):
+        noo.matmul(a, operand(rng, (3, 4), F64))
+    with pytest.raises(ValueError, match="opset"):
+        noo.matmul(a, operand(rng, (3, 4), F32), opset=0)
+    assert paths == []  # nothing ran
+    b = operand(rng, (3, 4), F32)
+    got = noo.matmul(a, b.astype(">f4"))  # non-native byte order: the general path
+    assert got.dtype == F32
+    np.testing.assert_array_equal(got, noo.matmul(a, b))
+
+
+# ------------------------------------------------------------------------------------------
+# compilation
+# ------------------------------------------------------------------------------------------
+def test_slp_flag_is_restored(rng):
+    before = numba_config.SLP_VECTORIZE
+    noo.matmul(operand(rng, (3, 4, 9), U64), operand(rng, (3, 9, 30), U64))
+    assert numba_config.SLP_VECTORIZE == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dtype, needles",
+    [
+        (F32, (r"vfmadd\d+ps\s[^\n]*ymm", r"vbroadcastss\s[^\n]*ymm")),
+        (I32, (r"vpmulld\s[^\n]*ymm", r"vpaddd\s[^\n]*ymm")),
+    ],
+    ids=["float32", "int32"],
+)
+def test_direct_kernel_is_vectorized(dtype, needles):
+    """The register block becomes vector code (checked on an uncached twin of the kernel)."""
+    import numba
+
+    twin = numba.njit(parallel=True, fastmath={"contract"})(kernels.matmul_direct.py_func)
+    a = np.ones((8, 8), dtype)
+    abuf, a_off, a_rs, a_cs = front._operand(a, (), 1)
+    out = np.empty((1, 8, 16), dtype)
+    b = np.ones((8, 16), dtype)
+    bbuf, b_off, b_rs, b_cs = front._operand(b, (), 1)
+    args = (abuf, a_off, a_rs, a_cs, bbuf, b_off, b_rs, b_cs, 0, out, 8, 16, 8, 1,
+            front._acc_proto(dtype))  # fmt: skip
+    front._launch_slp(twin, np.dtype(dtype), *args)
+    asm = twin.inspect_asm(twin.signatures[0])
+    for needle in needles:
+        assert re.search(needle, asm), needle
+    np.testing.assert_array_equal(out[0], np.full((8, 16), 8, dtype))
