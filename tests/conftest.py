@@ -1,0 +1,33 @@
+"""Shared fixtures and hypothesis settings.
+
+numba compiles one specialisation per dtype combination on first use (about 1-2 s each), so
+property tests keep their example counts modest and have no deadline.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+sys.path.insert(0, str(Path(__file__).parent))  # `import oracles` from every test module
+
+settings.register_profile(
+    "default",
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", parent=settings.get_profile("default"), max_examples=400)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's id: reproducible, different per test."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

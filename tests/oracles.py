@@ -1,0 +1,601 @@
+"""Oracles for the test suite, independent of numba_onnx_ops.
+
+Everything here is computed with numpy in higher precision (float64, the x87 80-bit
+``np.longdouble``), with exact Python integers, or is transcribed from the spec pages in
+``/work/shared/spec``. Nothing imports the library under test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import ml_dtypes
+import numpy as np
+
+# --------------------------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------------------------
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F16 = np.dtype(np.float16)
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+I8, I16, I32, I64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
+U8, U16, U32, U64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
+
+FLOATS = (F16, BF16, F32, F64)
+HALFS = (F16, BF16)
+SIGNED = (I8, I16, I32, I64)
+UNSIGNED = (U8, U16, U32, U64)
+INTS = SIGNED + UNSIGNED
+#: every numeric dtype ONNX MatMul/Pow mention (the "bad dtype" sweep walks this list)
+NUMERIC = FLOATS + INTS
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype) in FLOATS
+
+
+def is_int(dtype) -> bool:
+    return np.dtype(dtype) in INTS
+
+
+def dtype_id(dtype) -> str:
+    return np.dtype(dtype).name
+
+
+# --------------------------------------------------------------------------------------------
+# the operator tables, transcribed from MatMul.txt, Pow.md and semantics.md
+# --------------------------------------------------------------------------------------------
+MATMUL_SINCE = (1, 9, 13)
+POW_SINCE = (1, 7, 12, 13, 15)
+
+_MM1 = frozenset({F16, F32, F64})
+_MM9 = _MM1 | {I32, I64, U32, U64}
+SPEC_MATMUL_TYPES = {1: _MM1, 9: _MM9, 13: _MM9 | {BF16}}
+
+_P1 = frozenset({F16, F32, F64})
+_P12_T = _P1 | {I32, I64}
+_P12_T1 = _P1 | set(INTS)
+#: version -> (T for X, T1 for Y); at Pow-1 and Pow-7, Y is T as well
+SPEC_POW_TYPES = {
+    1: (_P1, _P1),
+    7: (_P1, _P1),
+    12: (_P12_T, _P12_T1),
+    13: (_P12_T | {BF16}, _P12_T1),
+    15: (_P12_T | {BF16}, _P12_T1 | {BF16}),
+}
+
+
+def resolved_version(since: tuple[int, ...], opset: int) -> int:
+    """Newest operator version whose since_version <= opset (semantics.md, opset resolution)."""
+    return max(v for v in since if v <= opset)
+
+
+def pow_pairs(version: int) -> list[tuple[np.dtype, np.dtype]]:
+    """Every legal (X dtype, Y dtype) pair of a Pow version."""
+    t, t1 = SPEC_POW_TYPES[version]
+    if version < 12:
+        return [(d, d) for d in _sorted(t)]
+    return list(itertools.product(_sorted(t), _sorted(t1)))
+
+
+def _sorted(dtypes) -> list[np.dtype]:
+    return [d for d in NUMERIC if d in dtypes]
+
+
+def onnx_type_name(dtype) -> str:
+    """ONNX's name for a numpy dtype: float32 -> 'float', float64 -> 'double', else same."""
+    name = np.dtype(dtype).name
+    return {"float32": "float", "float64": "double"}.get(name, name)
+
+
+# --------------------------------------------------------------------------------------------
+# exact rounding to a floating-point format and ulp distances
+# --------------------------------------------------------------------------------------------
+#: (precision p incl. the implicit bit, minimum normal exponent, maximum exponent)
+FORMATS = {
+    F16: (11, -14, 15),
+    BF16: (8, -126, 127),
+    F32: (24, -126, 127),
+    F64: (53, -1022, 1023),
+}
+
+
+def max_finite(dtype) -> float:
+    p, _, emax = FORMATS[np.dtype(dtype)]
+    return float((2 - 2.0 ** (1 - p)) * 2.0**emax)
+
+
+def round_to_format(values, dtype) -> np.ndarray:
+    """Round float64/longdouble values to ``dtype`` with round-half-to-even, exactly once.
+
+    Done by hand (quantise in long double, where every target value and every scaling is exact)
+    so that no cast path's double rounding enters the oracle.
+    """
+    dtype = np.dtype(dtype)
+    p, emin, emax = FORMATS[dtype]
+    v = np.array(values, dtype=np.longdouble, copy=True)
+    finite = np.isfinite(v)
+    x = v[finite]
+    _, e = np.frexp(x)  # |x| = m * 2**e, 0.5 <= m < 1, so floor(log2|x|) = e - 1
+    quantum_exp = np.maximum(e.astype(np.int64) - 1, emin) - (p - 1)
+    q = np.ldexp(np.ones_like(x), quantum_exp.astype(np.int32))
+    r = np.round(x / q) * q  # np.round rounds half to even; x / q is exact
+    big = np.abs(r) > np.longdouble(max_finite(dtype))
+    r[big] = np.copysign(np.longdouble(np.inf), r[big])
+    v[finite] = r
+    # every value is now representable in float64, so the remaining casts are exact
+    return v.astype(np.float64).astype(dtype)
+
+
+def _ordered(a: np.ndarray) -> np.ndarray:
+    """Map floats onto integers in the same order, adjacent floats on adjacent integers.
+
+    +0 and -0 both map to 0.
+    """
+    a = np.asarray(a)
+    signed = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
+    bits = np.ascontiguousarray(a).view(signed).astype(np.int64)
+    lowest = np.int64(-(2 ** (8 * a.dtype.itemsize - 1)))
+    return np.where(bits < 0, lowest - bits, bits)
+
+
+def ulp_distance(a, b) -> np.ndarray:
+    """Number of representable values between a and b (same dtype), as float64.
+
+    NaN anywhere gives NaN; +0 and -0 are at distance 0.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b, dtype=a.dtype)
+    oa, ob = _ordered(a), _ordered(b)
+    # |oa - ob| can exceed int64 only when the signs differ; then add magnitudes in float64
+    same_sign = (oa >= 0) == (ob >= 0)
+    diff = np.where(
+        same_sign,
+        np.abs(np.where(same_sign, oa, 0) - np.where(same_sign, ob, 0)).astype(np.float64),
+        np.abs(oa.astype(np.float64)) + np.abs(ob.astype(np.float64)),
+    )
+    nan = np.isnan(a.astype(np.float64)) | np.isnan(b.astype(np.float64))
+    return np.where(nan, np.nan, diff)
+
+
+def ulp_of(values, dtype) -> np.ndarray:
+    """Spacing of ``dtype`` at the magnitude of each value (as longdouble)."""
+    p, emin, _ = FORMATS[np.dtype(dtype)]
+    v = np.abs(np.asarray(values, dtype=np.longdouble))
+    _, e = np.frexp(v)
+    e = np.where(v == 0, emin + 1, e.astype(np.int64))  # frexp(0) has exponent 0
+    exp = np.maximum(e - 1, emin) - (p - 1)
+    return np.ldexp(np.ones_like(v), exp.astype(np.int32))
+
+
+#: relative error of np.longdouble pow (x87 powl, measured ~2**-63; 4x margin)
+LONGDOUBLE_POW_REL_ERR = 2.0**-61
+
+
+def _show(idx, *arrays) -> str:
+    rows = []
+    for i in idx[:8]:
+        rows.append("  at " + str(i) + ": " + ", ".join(repr(a[i]) for a in arrays))
+    return "\n".join(rows)
+
+
+def assert_within_ulp(actual, exact, dtype, *, max_ulp=1, rel_err=LONGDOUBLE_POW_REL_ERR, what=""):
+    """Assert ``actual`` is within ``max_ulp`` of the correctly rounded value of ``exact``.
+
+    ``exact`` is a high-precision approximation (float64 or longdouble) of the true value with
+    relative error at most ``rel_err``; any correctly rounded value of a real number in that
+    interval is accepted as the reference. NaN must match NaN; an infinite reference (or one far
+    beyond the format's range) must be matched by the same infinity; a zero reference must be
+    matched by a zero of the same sign (the sign of a pow result is exact).
+    """
+    dtype = np.dtype(dtype)
+    actual = np.asarray(actual)
+    assert actual.dtype == dtype, f"{what}: dtype {actual.dtype} != {dtype}"
+    exact = np.asarray(exact, dtype=np.longdouble)
+    assert actual.shape == exact.shape, f"{what}: shape {actual.shape} != {exact.shape}"
+    act64 = actual.astype(np.float64)
+    lo = round_to_format(exact * (1 - np.longdouble(rel_err)), dtype)
+    hi = round_to_format(exact * (1 + np.longdouble(rel_err)), dtype)
+
+    exact_nan = np.isnan(exact)
+    bad = exact_nan != np.isnan(act64)
+
+    overflow = np.abs(exact) >= np.longdouble(2 * max_finite(dtype))  # includes true infinities
+    bad |= overflow & (act64 != np.copysign(np.inf, exact.astype(np.float64)))
+
+    zero_ref = exact == 0
+    bad |= zero_ref & (act64 != 0)
+    # the sign of a zero result is exact, also where a tiny value underflowed
+    bad |= (act64 == 0) & ~exact_nan & (np.signbit(act64) != np.signbit(exact))
+
+    rest = ~(exact_nan | overflow | zero_ref)
+    dist = np.minimum(ulp_distance(actual, lo), ulp_distance(actual, hi))
+    bad |= rest & ~(dist <= max_ulp)
+
+    if bad.any():
+        idx = [tuple(int(j) for j in i) for i in np.argwhere(bad)]
+        raise AssertionError(
+            f"{what}: {len(idx)} of {bad.size} elements not within {max_ulp} ulp of the correctly"
+            f" rounded {dtype.name} reference (actual, reference, exact, ulp distance):\n"
+            + _show(idx, actual, lo, exact, np.where(rest, dist, np.nan))
+        )
+
+
+def assert_same_values(actual, expected, *, what="", signed_zeros=True):
+    """Exact equality of dtype, shape and values; NaN equals NaN; signed zeros must match
+    unless ``signed_zeros=False`` (MatMul: the sign of a zero sum depends on the order)."""
+    actual = np.asarray(actual)
+    expected = np.asarray(expected)
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} != {expected.shape}"
+    if is_float(expected.dtype):
+        a = actual.astype(np.float64)
+        e = expected.astype(np.float64)
+        same_sign = (np.signbit(a) == np.signbit(e)) | (not signed_zeros)
+        bad = ~((a == e) & same_sign | (np.isnan(a) & np.isnan(e)))
+    else:
+        bad = actual != expected
+    if bad.any():
+        idx = [tuple(int(j) for j in i) for i in np.argwhere(bad)]
+        raise AssertionError(
+            f"{what}: {len(idx)} of {bad.size} elements differ (actual, expected):\n"
+            + _show(idx, actual, expected)
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# MatMul oracles
+# --------------------------------------------------------------------------------------------
+def wrap_int(values, dtype) -> np.ndarray:
+    """Reduce exact Python integers (object array) modulo 2**bits into ``dtype``."""
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    mod = 1 << bits
+    half = 1 << (bits - 1)
+    signed = dtype.kind == "i"
+
+    def red(v):
+        r = int(v) % mod
+        return r - mod if signed and r >= half else r
+
+    flat = [red(v) for v in np.asarray(values, dtype=object).ravel()]
+    return np.array(flat, dtype=dtype).reshape(np.shape(values))
+
+
+def matmul_exact_int(a, b) -> np.ndarray:
+    """Exact integer matmul with Python ints, reduced modulo 2**bits (two's complement)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    assert a.dtype == b.dtype
+    exact = np.asarray(np.matmul(a.astype(object), b.astype(object)), dtype=object)
+    return wrap_int(exact, a.dtype)
+
+
+def matmul_float_reference(a, b):
+    """(reference, bound) for a float matmul.
+
+    The reference is the matmul of the exactly upcast inputs in long double (for float64 inputs)
+    or float64 (narrower inputs): its own error is far below the bound. The bound is the classic
+    forward error bound of any summation order, K * eps * (|A| @ |B|) in the accumulation
+    precision (float32 for float16/bfloat16, per semantics.md), plus, for the half types, one ulp
+    of the output type for the final rounding.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    dtype = a.dtype
+    k = a.shape[-1]
+    wide = np.longdouble if dtype == F64 else np.float64
+    aw = a.astype(np.float32).astype(wide) if dtype in HALFS else a.astype(wide)
+    bw = b.astype(np.float32).astype(wide) if dtype in HALFS else b.astype(wide)
+    with np.errstate(all="ignore"):
+        ref = np.matmul(aw, bw)
+        magnitude = np.matmul(np.abs(aw), np.abs(bw))
+    acc_eps = np.finfo(np.float32 if dtype in HALFS else dtype).eps
+    tiny = np.finfo(np.float32 if dtype in HALFS else dtype).smallest_subnormal
+    bound = k * float(acc_eps) * magnitude + k * float(tiny)
+    if dtype in HALFS:
+        bound = bound + ulp_of(np.abs(ref) + bound, dtype)
+    return np.asarray(ref), np.asarray(bound)
+
+
+def assert_matmul_close(actual, a, b, *, what=""):
+    """Integer dtypes: exact modular result. Float dtypes: within the forward error bound."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    actual = np.asarray(actual)
+    expected_shape = np.matmul(np.zeros(a.shape, np.int8), np.zeros(b.shape, np.int8)).shape
+    assert actual.shape == expected_shape, f"{what}: shape {actual.shape} != {expected_shape}"
+    assert actual.dtype == a.dtype, f"{what}: dtype {actual.dtype} != {a.dtype}"
+    if is_int(a.dtype):
+        assert_same_values(actual, matmul_exact_int(a, b), what=what)
+        return
+    ref, bound = matmul_float_reference(a, b)
+    act = (
+        actual.astype(np.float32).astype(ref.dtype)
+        if a.dtype in HALFS
+        else actual.astype(ref.dtype)
+    )
+    nan_ref = np.isnan(ref)
+    with np.errstate(invalid="ignore"):
+        err = np.abs(act - ref)
+        bad = nan_ref != np.isnan(act)
+        inf_ref = np.isinf(ref)
+        bad |= inf_ref & (act != ref)
+        finite = ~(nan_ref | inf_ref)
+        bad |= finite & ~(err <= bound)
+    if bad.any():
+        idx = [tuple(int(j) for j in i) for i in np.argwhere(bad)]
+        raise AssertionError(
+            f"{what}: {len(idx)} of {bad.size} elements outside the error bound"
+            " (actual, reference, bound):\n" + _show(idx, actual, ref, bound)
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Pow oracles
+# --------------------------------------------------------------------------------------------
+def exponent_as_float64(y) -> np.ndarray:
+    """The exponent's value converted to float64 (correctly rounded, via Python's float())."""
+    y = np.asarray(y)
+    if is_float(y.dtype):
+        return y.astype(np.float32).astype(np.float64) if y.dtype in HALFS else y.astype(F64)
+    flat = [float(int(v)) for v in y.ravel()]
+    return np.array(flat, dtype=np.float64).reshape(y.shape)
+
+
+def base_as_longdouble(x) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype in HALFS:
+        return x.astype(np.float32).astype(np.longdouble)
+    return x.astype(np.longdouble)
+
+
+def _c99_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """np.power on materialised, equally shaped operands.
+
+    numpy 2.4 computes ``x ** 0.5`` as ``sqrt(x)`` when the exponent is a broadcast scalar
+    (stride 0), which breaks C99 (pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf); with full arrays it
+    calls the C library's pow, which follows C99 Annex F.
+    """
+    xb, yb = (np.array(a, copy=True) for a in np.broadcast_arrays(x, y))
+    with np.errstate(all="ignore"):
+        return np.asarray(np.power(xb, yb))
+
+
+def pow_float_exact(x, y) -> np.ndarray:
+    """x ** float64(y) in long double, for float X.
+
+    Where x is zero or infinite or y is not finite, the (exact) special value comes from
+    float64 pow instead: glibc's x87 powl gets pow(-inf, -2**63) wrong (+inf, not +0).
+    """
+    xl = base_as_longdouble(x)
+    yd = exponent_as_float64(y)
+    result = _c99_power(xl, yd.astype(np.longdouble))
+    xd = xl.astype(np.float64)
+    special = np.broadcast_to((xd == 0) | ~np.isfinite(xd), result.shape) | np.broadcast_to(
+        ~np.isfinite(yd), result.shape
+    )
+    result[special] = _c99_power(xd, yd)[special]
+    return result
+
+
+def pow_int_int(x, y, dtype) -> np.ndarray:
+    """semantics.md, integer X with integer Y, with exact Python integers."""
+    dtype = np.dtype(dtype)
+    info = np.iinfo(dtype)
+    mod = 1 << (8 * dtype.itemsize)
+    xb, yb = np.broadcast_arrays(np.asarray(x), np.asarray(y))
+    out = np.empty(xb.shape, dtype=object)
+    for idx in np.ndindex(xb.shape):
+        xi, yi = int(xb[idx]), int(yb[idx])
+        if yi >= 0:
+            out[idx] = pow(xi, yi, mod)  # 0 ** 0 == 1
+        elif xi == 1:
+            out[idx] = 1
+        elif xi == -1:
+            out[idx] = -1 if yi % 2 else 1
+        elif xi == 0:
+            out[idx] = info.min
+        else:
+            out[idx] = 0
+    return wrap_int(out, dtype)
+
+
+def pow_int_float(x, y, dtype) -> np.ndarray:
+    """semantics.md, integer X with float Y: float64 pow, truncated; NaN/inf/out of range -> min."""
+    dtype = np.dtype(dtype)
+    bits = 8 * dtype.itemsize
+    xf = np.asarray(x).astype(np.float64)
+    yf = exponent_as_float64(y)
+    r = np.trunc(_c99_power(xf, yf))
+    with np.errstate(all="ignore"):
+        ok = np.isfinite(r) & (r >= -(2.0 ** (bits - 1))) & (r < 2.0 ** (bits - 1))
+        res = np.where(ok, r, 0).astype(dtype)
+    res[~ok] = np.iinfo(dtype).min
+    return res
+
+
+def pow_reference_int(x, y, dtype) -> np.ndarray:
+    return pow_int_int(x, y, dtype) if is_int(np.asarray(y).dtype) else pow_int_float(x, y, dtype)
+
+
+def assert_pow_matches(actual, x, y, *, what=""):
+    """Assert Pow(x, y) per semantics.md: ulp bound for float X, exact for integer X."""
+    x = np.asarray(x)
+    y = np.asarray(y)
+    if is_int(x.dtype):
+        assert_same_values(actual, pow_reference_int(x, y, x.dtype), what=what)
+    else:
+        assert_within_ulp(actual, pow_float_exact(x, y), x.dtype, what=what)
+
+
+# --------------------------------------------------------------------------------------------
+# C99 Annex F.10.4.4 pow special values, as a table (x, y, result)
+# --------------------------------------------------------------------------------------------
+inf = math.inf
+nan = math.nan
+C99_POW_SPECIAL = [
+    # pow(±0, y) = ±inf for y an odd integer < 0
+    (0.0, -3.0, inf),
+    (-0.0, -3.0, -inf),
+    (0.0, -1.0, inf),
+    (-0.0, -1.0, -inf),
+    # pow(±0, -inf) = +inf
+    (0.0, -inf, inf),
+    (-0.0, -inf, inf),
+    # pow(±0, y) = +inf for y < 0 finite and not an odd integer
+    (0.0, -2.0, inf),
+    (-0.0, -2.0, inf),
+    (-0.0, -0.5, inf),
+    # pow(±0, y) = ±0 for y an odd integer > 0
+    (0.0, 3.0, 0.0),
+    (-0.0, 3.0, -0.0),
+    # pow(±0, y) = +0 for y > 0 and not an odd integer
+    (0.0, 2.0, 0.0),
+    (-0.0, 2.0, 0.0),
+    (-0.0, 0.5, 0.0),
+    (-0.0, inf, 0.0),
+    # pow(-1, ±inf) = 1
+    (-1.0, inf, 1.0),
+    (-1.0, -inf, 1.0),
+    # pow(+1, y) = 1 for any y, even NaN
+    (1.0, nan, 1.0),
+    (1.0, inf, 1.0),
+    (1.0, -inf, 1.0),
+    (1.0, -3.0, 1.0),
+    # pow(x, ±0) = 1 for any x, even NaN
+    (nan, 0.0, 1.0),
+    (nan, -0.0, 1.0),
+    (inf, 0.0, 1.0),
+    (-inf, -0.0, 1.0),
+    (0.0, 0.0, 1.0),
+    (-0.0, -0.0, 1.0),
+    (-2.0, 0.0, 1.0),
+    # pow(x, y) = NaN for finite x < 0 and finite non-integer y
+    (-2.0, 0.5, nan),
+    (-1.0, -0.5, nan),
+    (-0.25, 2.5, nan),
+    # pow(x, -inf) = +inf for |x| < 1, +0 for |x| > 1
+    (0.5, -inf, inf),
+    (-0.5, -inf, inf),
+    (2.0, -inf, 0.0),
+    (-2.0, -inf, 0.0),
+    # pow(x, +inf) = +0 for |x| < 1, +inf for |x| > 1
+    (0.5, inf, 0.0),
+    (-0.5, inf, 0.0),
+    (2.0, inf, inf),
+    (-2.0, inf, inf),
+    # pow(-inf, y): -0 for odd integer y < 0, +0 for other y < 0,
+    #               -inf for odd integer y > 0, +inf for other y > 0
+    (-inf, -3.0, -0.0),
+    (-inf, -2.0, 0.0),
+    (-inf, -0.5, 0.0),
+    (-inf, 3.0, -inf),
+    (-inf, 2.0, inf),
+    (-inf, 0.5, inf),
+    # pow(+inf, y): +0 for y < 0, +inf for y > 0
+    (inf, -2.0, 0.0),
+    (inf, -0.5, 0.0),
+    (inf, 3.0, inf),
+    (inf, 0.5, inf),
+    # NaN otherwise propagates
+    (nan, 1.0, nan),
+    (nan, -2.0, nan),
+    (2.0, nan, nan),
+    (-1.0, nan, nan),
+    (0.0, nan, nan),
+    # ordinary signs: a negative base to an odd integer power stays negative
+    (-2.0, 3.0, -8.0),
+    (-2.0, -1.0, -0.5),
+    (-2.0, 2.0, 4.0),
+]
+
+
+# --------------------------------------------------------------------------------------------
+# inputs: random operands and memory layouts
+# --------------------------------------------------------------------------------------------
+def random_array(rng: np.random.Generator, shape, dtype, *, scale: float = 1.0) -> np.ndarray:
+    """Random values of ``dtype``: normal floats, integers over the dtype's full range."""
+    dtype = np.dtype(dtype)
+    if is_int(dtype):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    values = rng.standard_normal(shape) * scale
+    return values.astype(np.float32).astype(dtype) if dtype in HALFS else values.astype(dtype)
+
+
+LAYOUTS = ("C", "F", "strided", "negative", "readonly", "broadcast")
+
+
+def as_layout(a: np.ndarray, layout: str) -> np.ndarray:
+    """A view of ``a``'s values in the given memory layout.
+
+    "broadcast" is the exception: it returns ``np.broadcast_to`` of the first index along every
+    axis but the last (zero strides), so its values differ from ``a``; oracles read the returned
+    array, never ``a``.
+    """
+    a = np.asarray(a)
+    if layout == "C":
+        return np.array(a, order="C", copy=True)
+    if layout == "F":
+        return np.array(a, order="F", copy=True)
+    if a.ndim == 0 and layout in ("strided", "negative"):
+        return a.copy()
+    if layout == "strided":  # every other element along every axis
+        buf = np.zeros(tuple(2 * s for s in a.shape), dtype=a.dtype)
+        view = buf[(slice(None, None, 2),) * a.ndim]
+        view[...] = a
+        return view
+    if layout == "negative":  # negative strides along every axis
+        flipped = (slice(None, None, -1),) * a.ndim
+        return a[flipped].copy()[flipped]
+    if layout == "readonly":
+        c = a.copy()
+        c.setflags(write=False)
+        return c
+    if layout == "broadcast":
+        if a.ndim == 0:
+            return np.broadcast_to(a, ())
+        if a.ndim == 1:
+            return np.broadcast_to(a[:1], a.shape) if a.size else np.broadcast_to(a, a.shape)
+        first = tuple(slice(0, 1) for _ in a.shape[:-1]) + (slice(None),)
+        return np.broadcast_to(a[first], a.shape)
+    raise ValueError(layout)
+
+
+class Snapshot:
+    """Copies of the inputs, to assert afterwards that nothing wrote to them."""
+
+    def __init__(self, *arrays):
+        self.arrays = arrays
+        self.saved = [(np.asarray(a).copy(), np.asarray(a).tobytes()) for a in arrays]
+
+    def assert_unchanged(self):
+        for a, (copy, raw) in zip(self.arrays, self.saved, strict=True):
+            a = np.asarray(a)
+            assert a.shape == copy.shape and a.dtype == copy.dtype
+            assert a.tobytes() == raw, "an input was modified"
+
+
+def assert_fresh_result(result, *inputs):
+    """A fresh, C-contiguous, writeable ndarray that shares no memory with the inputs."""
+    assert type(result) is np.ndarray, type(result)
+    assert result.flags.c_contiguous
+    assert result.flags.writeable
+    for a in inputs:
+        if isinstance(a, np.ndarray):
+            assert not np.shares_memory(result, a)
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (0 where unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
