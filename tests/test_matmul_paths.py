@@ -327,15 +327,17 @@ def test_slp_flag_is_restored(rng):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "dtype, needles",
+    "dtype, needle",
     [
-        (F32, (r"vfmadd\d+ps\s[^\n]*ymm", r"vbroadcastss\s[^\n]*ymm")),
-        (I32, (r"vpmulld\s[^\n]*ymm", r"vpaddd\s[^\n]*ymm")),
+        (F32, r"vfmadd\d+ps\s+%ymm\d+, %ymm\d+, %ymm\d+"),
+        (I32, r"vpaddd\s+%ymm\d+, %ymm\d+, %ymm\d+"),
     ],
     ids=["float32", "int32"],
 )
-def test_direct_kernel_is_vectorized(dtype, needles):
-    """The register block becomes vector code (checked on an uncached twin of the kernel)."""
+def test_direct_kernel_is_vectorized(dtype, needle):
+    """The register block becomes vector code with its 8 accumulators in ymm registers
+    (register-to-register FMAs / adds, not read-modify-writes of a stack buffer); checked on
+    an uncached twin of the kernel."""
     import numba
 
     twin = numba.njit(parallel=True, fastmath={"contract"})(kernels.matmul_direct.py_func)
@@ -348,6 +350,5 @@ def test_direct_kernel_is_vectorized(dtype, needles):
             front._acc_proto(dtype))  # fmt: skip
     front._launch_slp(twin, np.dtype(dtype), *args)
     asm = twin.inspect_asm(twin.signatures[0])
-    for needle in needles:
-        assert re.search(needle, asm), needle
+    assert len(re.findall(needle, asm)) >= 8
     np.testing.assert_array_equal(out[0], np.full((8, 16), 8, dtype))

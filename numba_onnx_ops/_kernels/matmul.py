@@ -237,15 +237,19 @@ def matmul_packed(
 RB = 4
 
 
-def _lanes(proto):  # pragma: no cover - overloaded below
+def _lanes(proto, vectors):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
 @overload(_lanes, inline="always")
-def _lanes_ov(proto):
-    lanes = 256 // proto.dtype.bitwidth  # elements of the accumulator type in a ymm register
+def _lanes_ov(proto, vectors):
+    """Accumulator elements in ``vectors`` (a literal) ymm registers, as a constant: the SLP
+    vectorizer needs the block loops unrolled, so their bounds must be known to LLVM."""
+    if not isinstance(vectors, types.IntegerLiteral):
+        return None
+    n = vectors.literal_value * 256 // proto.dtype.bitwidth
 
-    return lambda proto: lanes
+    return lambda proto, vectors: n
 
 
 @njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
@@ -259,7 +263,7 @@ def matmul_direct(
     buffer, where it stays in L1 while the row blocks of A, read in place, pass over it.  Rows
     past M re-read row M-1 and their results are dropped, so every block is full height.
     """
-    SW = 2 * _lanes(acc_proto)
+    SW = _lanes(acc_proto, 2)
     nstrips = (N + SW - 1) // SW
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
@@ -305,7 +309,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
     blocks read B rows in place; the last column strip is shifted left to end at N (its
     overlap is computed twice, identically), rows past M re-read row M-1.
     """
-    SV = _lanes(acc_proto)
+    SV = _lanes(acc_proto, 1)
     for bi in prange(out.shape[0]):
         ao = a_off[bi]
         bo = b_off[bi]
