@@ -1,0 +1,426 @@
+"""Vectorizable x**y arithmetic: no libm call, branch-free per element, C99 special values.
+
+Every function here is a scalar ``@njit`` function built only from arithmetic, bit
+reinterpretations, selects and (float64 only) table loads, so that LLVM vectorizes the loops
+calling them: PyPI's llvmlite has no SVML, so ``math.pow`` in a loop stays a scalar libm call.
+
+float32, float16 and bfloat16 (whose values are float32 values) compute in float64 without
+tables: ``log2 x = k + s*P(s*s)`` with ``s = (m-1)/(m+1)`` for ``x = 2**k * m``, m in
+[sqrt(1/2), sqrt(2)), then ``2**t = 2**round(t) * Q(t - round(t))``.  Both carry ~2**-52
+relative error, so before the single rounding to the narrow type the result is off by ~2**-45
+relative at worst (|y log2 x| <= ~150 for finite float32 results): always within 1 ulp, and
+wrongly rounded only when the exact value lies within ~2**-21 ulp of a rounding boundary.
+
+float64 needs log in double-double.  It follows the scheme of ARM's optimized-routines ``pow``
+(0.52 ulp) with tables and polynomials of our own: ``x = 2**k * z``, z in [0x1.69555p-1,
+0x1.69555p0) split into 128 subintervals, each with a ``c`` whose ``1/c`` has 8 significant
+bits, so ``r = z/c - 1`` is exact and ``log x = k*ln2 + log c + log1p(r)`` (relative error
+~2**-68); then ``exp`` of the double-double ``y*log x`` through a 128-entry ``2**(j/128)``
+table.  float64 results that overflow, underflow or are subnormal are flagged for the caller's
+slow path.  Tables are built here at import from their definitions (``decimal``, 60 digits);
+polynomial coefficients are near-minimax fits made with mpmath, their errors quoted beside them.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal, localcontext
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+from .half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
+
+_U64 = types.uint64
+_U32 = types.uint32
+_I64 = types.int64
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    """a*b + c with one rounding (LLVM's ``llvm.fma.f64``; one vfmadd instruction here)."""
+    sig = types.float64(types.float64, types.float64, types.float64)
+
+    def codegen(context, builder, signature, args):
+        return builder.fma(*args)
+
+    return sig, codegen
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+
+
+def _double(u: int) -> float:
+    return float(np.array(u, np.uint64).view(np.float64))
+
+
+def _bits(d: float) -> int:
+    return int(np.array(d, np.float64).view(np.uint64))
+
+
+def _round_to(value: Decimal, quantum_exp: int) -> float:
+    """``value`` rounded to a multiple of 2**quantum_exp (exact in a double here)."""
+    scaled = (value * (Decimal(2) ** -quantum_exp)).to_integral_value()
+    return math.ldexp(float(int(scaled)), quantum_exp)
+
+
+LOG_BITS = 7
+_LOG_N = 1 << LOG_BITS
+_LOG_OFF = 0x3FE6955500000000  # 0x1.69555p-1: start of z's range, puts 1.0 mid-subinterval
+EXP_BITS = 7
+_EXP_N = 1 << EXP_BITS
+
+
+def _build_tables():
+    with localcontext() as ctx:
+        ctx.prec = 60
+        ln2 = Decimal(2).ln()
+        invc = np.empty(_LOG_N)
+        logc_hi = np.empty(_LOG_N)
+        logc_lo = np.empty(_LOG_N)
+        for i in range(_LOG_N):
+            lo = _double(_LOG_OFF + (i << (52 - LOG_BITS)))
+            hi = _double(_LOG_OFF + ((i + 1) << (52 - LOG_BITS)))
+            centre = (lo + hi) / 2
+            # 1/c with 8 significant bits makes z*invc exact; c = 1 where the subinterval
+            # holds 1.0 (its neighbour below rounds to 1 by itself).
+            if lo <= 1.0 < hi:
+                ic = 1.0
+            elif centre < 1:
+                ic = round(_LOG_N / centre) / _LOG_N
+            else:
+                ic = round(2 * _LOG_N / centre) / _LOG_N / 2
+            logc = -Decimal(ic).ln()
+            invc[i] = ic
+            # log(c) to a multiple of 2**-43, so that k*LN2_HI + logc_hi is exact for any k
+            logc_hi[i] = _round_to(logc, -43)
+            logc_lo[i] = float(logc - Decimal(logc_hi[i]))
+        # 2**(j/N) = H[j] * (1 + T[j]); H is stored as bits with (j << 45) pre-subtracted so
+        # that adding (n << 45) for n = 128 q + j yields 2**q * H[j] directly.
+        hbits = np.empty(_EXP_N, np.uint64)
+        tail = np.empty(_EXP_N)
+        for j in range(_EXP_N):
+            exact = (ln2 * j / _EXP_N).exp()
+            h = float(exact)
+            hbits[j] = (_bits(h) - (j << (52 - EXP_BITS))) % (1 << 64)
+            tail[j] = float((exact - Decimal(h)) / Decimal(h))
+        ln2_hi = _round_to(ln2, -42)  # 42 bits: k * LN2_HI is exact for |k| < 2**11
+        ln2_lo = float(ln2 - Decimal(ln2_hi))
+        step = ln2 / _EXP_N
+        step_hi = _round_to(step, -44)  # 36 bits: n * step_hi exact for |n| < 2**17
+        step_lo = float(step - Decimal(step_hi))
+        inv_step = float(1 / step)
+    return invc, logc_hi, logc_lo, hbits, tail, ln2_hi, ln2_lo, step_hi, step_lo, inv_step
+
+
+(
+    LOG_INVC,
+    LOG_C_HI,
+    LOG_C_LO,
+    EXP_HBITS,
+    EXP_TAIL,
+    LN2_HI,
+    LN2_LO,
+    LN2N_HI,
+    LN2N_LO,
+    INV_LN2N,
+) = _build_tables()
+
+_SHIFT = 6755399441055744.0  # 0x1.8p52: adding it rounds |v| < 2**51 to an integer in the low bits
+_OFF = np.uint64(_LOG_OFF)
+_TOP12 = np.uint64(0xFFF << 52)
+_LOW_MASK = np.uint64(_LOG_N - 1)
+_EXP_MASK = np.uint64(_EXP_N - 1)
+_SIGN = np.uint64(1 << 63)
+
+# log2(m) = s * P(s*s) for s*s <= 0.02944 (m in [sqrt(1/2), sqrt(2))); relative error 2**-52.
+_P0 = float.fromhex("0x1.71547652b82ffp+1")
+_P1 = float.fromhex("0x1.ec709dc39c9afp-1")
+_P2 = float.fromhex("0x1.2776c516ae8b8p-1")
+_P3 = float.fromhex("0x1.a617567125035p-2")
+_P4 = float.fromhex("0x1.484fada8935d8p-2")
+_P5 = float.fromhex("0x1.0bb78f93c6452p-2")
+_P6 = float.fromhex("0x1.f188dfd4d9effp-3")
+# 2**f = 1 + f * Q(f) on |f| <= 1/4; relative error 2**-48.
+_Q1 = float.fromhex("0x1.62e42fefa3982p-1")
+_Q2 = float.fromhex("0x1.ebfbdff82c49cp-3")
+_Q3 = float.fromhex("0x1.c6b08d7124befp-5")
+_Q4 = float.fromhex("0x1.3b2ab6fc4ba01p-7")
+_Q5 = float.fromhex("0x1.5d87f5edccc77p-10")
+_Q6 = float.fromhex("0x1.43090aeb27e2bp-13")
+_Q7 = float.fromhex("0x1.001ca836c6459p-16")
+_Q8 = float.fromhex("0x1.630be8ff6f694p-20")
+_SQRT2 = math.sqrt(2.0)
+# log1p(r) - r + r*r/2 = r**3 * A(r) on |r| <= 0.0058; error 2**-70 relative to log1p(r).
+_A0 = float.fromhex("0x1.5555555555555p-2")
+_A1 = float.fromhex("-0x1.0000000000008p-2")
+_A2 = float.fromhex("0x1.99999999999cap-3")
+_A3 = float.fromhex("-0x1.55555551ee4eep-3")
+_A4 = float.fromhex("0x1.2492491ed3e49p-3")
+_A5 = float.fromhex("-0x1.0003162b12884p-3")
+_A6 = float.fromhex("0x1.c723a8d3ce6b3p-4")
+# exp(r) = 1 + r + r**2 * B(r) on |r| <= ln2/256 (+2**-10); relative error 2**-63.6.
+_B0 = float.fromhex("0x1.fffffffffff57p-2")
+_B1 = float.fromhex("0x1.5555555555495p-3")
+_B2 = float.fromhex("0x1.55555acf7d298p-5")
+_B3 = float.fromhex("0x1.111115c2ce0adp-7")
+
+_INF = math.inf
+_NAN = math.nan
+_F32_T_MAX = 200.0  # |y log2 x| beyond this is 0 or inf in float32 and in the half types
+_F32_MIN_NORMAL = np.float32(2.0**-126)
+_F32_INF = np.float32(np.inf)
+
+# Leaves are plain functions that LLVM inlines (each is small); the public element functions
+# are inlined by numba so that the kernel's loop body is one function LLVM can vectorize.
+_jit = njit(error_model="numpy")
+_element = njit(error_model="numpy", inline="always")
+
+
+# --------------------------------------------------------------------------------------------
+# Shared pieces
+
+
+@_jit
+def _is_int(y):
+    return np.floor(y) == y
+
+
+@_jit
+def _is_odd(y):
+    """y is an odd integer (false for NaN and infinities)."""
+    h = y * 0.5
+    return np.floor(y) == y and np.floor(h) != h
+
+
+@_jit
+def _special_rules(m, x, y):
+    """Apply the sign and the C99 rules to ``m = |x|**y`` (any of 0, inf for 0/inf inputs).
+
+    -x**y for negative x and odd y, NaN for a negative finite x and non-integer y, NaN in ->
+    NaN out, then x**0 = 1, 1**y = 1 and (-1)**(+-inf) = 1.
+    """
+    a = abs(x)
+    neg = (f64_as_u64(x) & _SIGN) != _U64(0)
+    r = -m if (neg and _is_odd(y)) else m
+    r = _NAN if (neg and not _is_int(y) and a != 0.0 and a != _INF) else r
+    r = _NAN if (x != x or y != y) else r
+    return 1.0 if (y == 0.0 or x == 1.0 or (a == 1.0 and abs(y) == _INF)) else r
+
+
+# --------------------------------------------------------------------------------------------
+# float32 and the half types: table-free.  (A table-driven variant, with the float64 tables
+# below, ran at the same speed: AVX2 without fast gathers makes LLVM split each table load
+# into four scalar loads, which cost as much as this division.)
+
+
+@_jit
+def _log2_narrow(a):
+    """log2(a) for a normal float32 a > 0, relative error ~2**-52.
+
+    a = 2**k * m with m in [sqrt(1/2), sqrt(2)); log2(m) = s * P(s*s), s = (m-1)/(m+1),
+    |s| <= 0.1716: m - 1 and m + 1 are exact, s carries one rounding.
+    """
+    tmp = f32_as_u32(a) - _U32(0x3F3504F3)  # sqrt(1/2)
+    k = types.float64(types.int32(tmp) >> types.int32(23))
+    m = types.float64(u32_as_f32(f32_as_u32(a) - (tmp & _U32(0xFF800000))))
+    sv = (m - 1.0) / (m + 1.0)
+    u = sv * sv
+    u2 = u * u
+    # Estrin's scheme: shorter dependency chains than Horner's.
+    p = fma(u2, fma(u, _P3, _P2), fma(u, _P1, _P0))
+    p = fma(u2 * u2, fma(u2, _P6, fma(u, _P5, _P4)), p)
+    return fma(sv, p, k)
+
+
+@_jit
+def _exp2_narrow(t):
+    """2**t for |t| <= 200 (relative error ~2**-48); no overflow or subnormal is possible.
+
+    t = n/2 + f with n = round(2t), |f| <= 1/4 exact; 2**(n/2) is 2**(n >> 1) built in the
+    exponent field, times sqrt(2) for odd n (a two-entry table, as a select).
+    """
+    kd = 2.0 * t + _SHIFT
+    ki = f64_as_u64(kd)  # low bits: n in two's complement
+    f = t - 0.5 * (kd - _SHIFT)
+    scale = u64_as_f64(((ki >> _U64(1)) + _U64(1023)) << _U64(52))
+    scale = scale * _SQRT2 if (ki & _U64(1)) else scale
+    f2 = f * f
+    q = fma(f2, fma(f, _Q4, _Q3), fma(f, _Q2, _Q1))
+    q = fma(f2 * f2, fma(f2, fma(f, _Q8, _Q7), fma(f, _Q6, _Q5)), q)
+    return fma(scale, f * q, scale)
+
+
+@_element
+def pow_narrow(x, y):
+    """(x**y, ok) for a float32 x (float32, float16 or bfloat16 values) and a float64 y.
+
+    When ok, the float64 result rounds to the narrow type within 1 ulp (nearly always
+    correctly).  ok is False for an infinite or NaN x or y and for a subnormal float32 x: the
+    caller's slow path (libm) gives those their C99 values.  Zero and negative bases stay here.
+    """
+    a = abs(x)
+    t = y * _log2_narrow(a)
+    # |t| >= 200 is 0 or inf in every narrow type; clamping keeps 2**t finite and normal.
+    m = _exp2_narrow(min(max(t, -_F32_T_MAX), _F32_T_MAX))
+    zero = a == np.float32(0.0)
+    m = (_INF if y < 0.0 else (0.0 if y > 0.0 else 1.0)) if zero else m
+    # Sign: -1 for an odd integer y, NaN for a non-integer y (except at -0.0, where C99 keeps
+    # +-0 or +-inf).  With a scalar y, both factors are loop invariants.
+    odd = -1.0 if _is_odd(y) else 1.0
+    factor = odd if zero else (odd if _is_int(y) else _NAN)
+    neg = (f32_as_u32(x) & _U32(0x80000000)) != _U32(0)
+    r = m * factor if neg else m
+    ok = (zero or (a >= _F32_MIN_NORMAL and a < _F32_INF)) and abs(y) < _INF
+    return r, ok
+
+
+@_jit
+def pow_narrow_needs_libm(x, y):
+    """The elements ``pow_narrow`` flags: x or y infinite or NaN, or x subnormal."""
+    a = abs(x)
+    return not ((a == 0.0 or (a >= _F32_MIN_NORMAL and a < _F32_INF)) and abs(y) < _INF)
+
+
+@_element
+def ipow_narrow(v, n):
+    """v**n for a float32 value v and an integer |n| < 32, squaring in float64.
+
+    At most eight roundings of 2**-53: the float64 result is within ~2**-50 relative, far
+    inside half a float32 ulp; overflow and underflow land on inf and 0 as they should.
+    """
+    e = abs(n)
+    b = v
+    r = b if (e & 1) else 1.0
+    b = b * b
+    r = r * b if (e & 2) else r
+    b = b * b
+    r = r * b if (e & 4) else r
+    b = b * b
+    r = r * b if (e & 8) else r
+    b = b * b
+    r = r * b if (e & 16) else r
+    return 1.0 / r if n < 0 else r
+
+
+# --------------------------------------------------------------------------------------------
+# float64
+
+
+@_jit
+def _log_wide(ix):
+    """log(x) as hi + lo (relative error ~2**-68) from the bits of a positive normal x, or of a
+    subnormal x scaled by 2**52 with 52 << 52 subtracted (the exponent wraps below zero)."""
+    tmp = ix - _OFF
+    i = (tmp >> _U64(52 - LOG_BITS)) & _LOW_MASK
+    kd = types.float64(types.int32(types.int64(tmp) >> _I64(52)))
+    z = u64_as_f64(ix - (tmp & _TOP12))
+    r = fma(z, LOG_INVC[i], -1.0)  # exact: |r| < 2**-7 and z*invc has at most 61 bits
+    t1 = kd * LN2_HI + LOG_C_HI[i]  # exact (see the table)
+    t2 = t1 + r
+    lo1 = kd * LN2_LO + LOG_C_LO[i]
+    lo2 = t1 - t2 + r  # exact: |t1| > |r| whenever t1 != 0
+    ar = -0.5 * r
+    ar2 = r * ar
+    hi = t2 + ar2
+    lo3 = fma(ar, r, -ar2)
+    lo4 = t2 - hi + ar2  # exact: |t2| >> r*r/2
+    r2 = r * r
+    p = r2 * r * (_A0 + r * (_A1 + r * (_A2 + r * (_A3 + r * (_A4 + r * (_A5 + r * _A6))))))
+    lo = lo1 + lo2 + lo3 + lo4 + p
+    y = hi + lo
+    return y, hi - y + lo
+
+
+@_jit
+def _exp_wide(x, xtail):
+    """exp(x + xtail) for |x| < 708 (normal results), ~0.51 ulp before the caller's sign."""
+    kd = x * INV_LN2N + _SHIFT
+    ki = f64_as_u64(kd)
+    kd -= _SHIFT
+    r = x - kd * LN2N_HI - kd * LN2N_LO + xtail  # first product exact, |r| <= ln2/256 + eps
+    idx = ki & _EXP_MASK
+    scale = u64_as_f64(EXP_HBITS[idx] + (ki << _U64(52 - EXP_BITS)))
+    r2 = r * r
+    tmp = EXP_TAIL[idx] + r + r2 * (_B0 + r * _B1) + r2 * r2 * (_B2 + r * _B3)
+    return scale + scale * tmp
+
+
+@_element
+def pow_wide(x, y):
+    """(x**y, ok) for float64 x and y: within 1 ulp (0.52) when ok; ``ok`` is False only for
+    finite results that overflow, underflow or are subnormal (|y ln x| >= 708), which the
+    caller computes on a slow path."""
+    a = abs(x)
+    ia = f64_as_u64(a)
+    # Subnormal a: scale by 2**52 and move the exponent down by 52 (wrapping below zero).
+    sub = f64_as_u64(a * 4503599627370496.0) - _U64(52 << 52)
+    ia = sub if ia < _U64(1 << 52) else ia
+    lhi, llo = _log_wide(ia)
+    ehi = y * lhi
+    elo = y * llo + fma(y, lhi, -ehi)
+    finite = abs(ehi) < 708.0
+    m = _exp_wide(ehi, elo)
+    # Zero, infinite base or infinite exponent: the magnitude is 0 or inf.
+    big = (a > 1.0) == (y > 0.0)  # |x|**y grows without bound
+    special = a == 0.0 or a == _INF or abs(y) == _INF
+    edge = _INF if big else 0.0
+    m = edge if special else m
+    ok = finite or special or x != x or y != y or y == 0.0 or x == 1.0
+    return _special_rules(m, x, y), ok
+
+
+@njit(error_model="numpy")
+def pow_wide_needs_libm(x, y):
+    """True for at least every element that ``pow_wide`` flags: a finite non-trivial power
+    with |y ln|x|| >= 707 (pow_wide flags >= 708; libm's log leaves a wide margin)."""
+    a = abs(x)
+    trivial = a == 0.0 or a == _INF or abs(y) == _INF or x != x or y != y or y == 0.0
+    return not trivial and x != 1.0 and abs(y * math.log(a)) >= 707.0
+
+
+@_element
+def cube_wide(x):
+    """x**3 with one rounding (0.5 ulp; <= 1 ulp where x**3 is subnormal): x*x = s + e
+    exactly, then s*x + e*x in one fused step.  Where that overflows (or x is inf or NaN),
+    the plain product has the right inf or NaN."""
+    tiny = abs(x) < 2.0**-300  # scale up so that e*x does not underflow
+    xs = x * 2.0**100 if tiny else x
+    s = xs * xs
+    e = fma(xs, xs, -s)
+    r = fma(s, xs, e * xs)
+    r = r if abs(r) < _INF else s * xs
+    return r * 2.0**-300 if tiny else r
+
+
+@_element
+def rsqrt_wide(x):
+    """x**-0.5: 1/sqrt(x) corrected by the exact residuals of the root and the division."""
+    tiny = x < 1e-290  # 2**-963: scale up so that the residuals do not underflow
+    xs = x * 2.0**200 if tiny else x
+    s = np.sqrt(xs)
+    d = fma(s, s, -xs)  # s*s - x, exact
+    r0 = 1.0 / s
+    e0 = fma(-r0, s, 1.0)  # 1 - r0*s, exact
+    r = fma(r0, e0 + 0.5 * d * r0 * r0, r0)
+    r = r * 2.0**100 if tiny else r
+    # 0, inf, negative and NaN bases: C99 gives inf for +-0, 0 for +-inf, NaN below zero.
+    plain = 1.0 / (np.sqrt(x) + 0.0)
+    plain = 0.0 if x == -_INF else plain
+    return r if (x > 0.0 and x < _INF) else plain
+
+
+@_element
+def sqrt_any(x):
+    """x**0.5 (correctly rounded by IEEE sqrt); C99: +0 for -0 and +inf for -inf."""
+    r = np.sqrt(x) + 0.0
+    return _INF if x == -_INF else r
+
+
+@_element
+def rsqrt_narrow(x):
+    """x**-0.5 for a float32 value: two float64 roundings, far inside half a float32 ulp."""
+    r = 1.0 / (np.sqrt(x) + 0.0)
+    return 0.0 if x == -_INF else r
