@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
-from ._dtypes import as_input, is_weak_scalar, kernel_view
+from ._dtypes import BFLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
 from ._front import check_dtype, finish, prepare_out
-from ._kernels.power import pow_strided
+from ._kernels import power as _k
+from ._parallel import launch
 from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
 
 
@@ -139,18 +140,70 @@ def _imin(dtype: np.dtype) -> int:
     return int(np.iinfo(dtype).min) if dtype.kind == "i" else 0
 
 
+# Scalar exponents with a cheaper exact-enough kernel than the general one.
+_FLOAT_CLASSES = {
+    2.0: _k.pow_square,
+    3.0: _k.pow_cube,
+    0.5: _k.pow_sqrt,
+    -1.0: _k.pow_recip,
+    -0.5: _k.pow_rsqrt,
+}
+_INT_CLASSES = {2: _k.pow_square, 3: _k.pow_cube}
+
+
+def _scalar_class(xdtype: np.dtype, y: np.ndarray):
+    """The kernel and exponent argument for a one-element exponent, or "one" (x**0 = 1) or
+    "copy" (x**1 = x)."""
+    value = y.reshape(-1)[0]
+    if xdtype.kind == "f" or xdtype == BFLOAT16:
+        e = float(value)  # semantics.md: the exponent's value converted to float64
+        if e == 0.0:
+            return "one", None
+        if e == 1.0:
+            return "copy", None
+        if e in _FLOAT_CLASSES:
+            return _FLOAT_CLASSES[e], np.float64(e)
+        if xdtype.itemsize <= 4 and abs(e) < _k.IPOW_LIMIT and e == int(e):
+            return _k.pow_ipow, np.int64(e)
+        return _k.pow_general, np.float64(e)
+    if y.dtype.kind == "f" or y.dtype == BFLOAT16:  # integer base, float exponent
+        return _k.pow_general, np.float64(float(value))
+    n = int(value)
+    if n == 0:
+        return "one", None
+    if n == 1:
+        return "copy", None
+    if n in _INT_CLASSES:
+        return _INT_CLASSES[n], np.int64(n)
+    if abs(n) < _k.IPOW_LIMIT:
+        return _k.pow_ipow, np.int64(n)
+    return _k.pow_general, (np.uint64(n) if n > np.iinfo(np.int64).max else np.int64(n))
+
+
 def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
+    if y.size == 1:
+        kernel, exponent = _scalar_class(x.dtype, y)
+        if kernel == "one":
+            target[...] = 1
+            return
+        if kernel == "copy":
+            np.copyto(target, np.broadcast_to(x, shape))
+            return
+    else:
+        kernel, exponent = _k.pow_general, None
     xv, xkind = kernel_view(x)
-    yv, ykind = kernel_view(y)
     xbuf, xorg, xstr = flat_buffer(xv)
-    ybuf, yorg, ystr = flat_buffer(yv)
-    dims, (xs, ys) = coalesce(
-        list(shape),
-        broadcast_strides(x.shape, xstr, shape),
-        broadcast_strides(y.shape, ystr, shape),
-    )
+    if exponent is None:
+        yv, ykind = kernel_view(y)
+        ybuf, yorg, ystr = flat_buffer(yv)
+        ystrides = broadcast_strides(y.shape, ystr, shape)
+    else:
+        ybuf, yorg, ykind = exponent, 0, NATIVE
+        ystrides = [0] * len(shape)
+    dims, (xs, ys) = coalesce(list(shape), broadcast_strides(x.shape, xstr, shape), ystrides)
     tview = kernel_view(target)[0].reshape(-1)
-    pow_strided(
+    launch(
+        kernel,
         xbuf, xorg, np.array(xs, np.int64), xkind,
         ybuf, yorg, np.array(ys, np.int64), ykind,
         tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),

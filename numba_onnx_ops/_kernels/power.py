@@ -1,24 +1,47 @@
-"""Elementwise Pow kernels over broadcast stride maps.
+"""Elementwise Pow kernels over broadcast stride maps, one per exponent class.
+
+The front layer picks the class once per call (``SQUARE`` for a scalar 2, ..., ``GENERAL``
+for everything else) and calls that class's kernel; a class is a compile-time constant inside
+its kernel, so each compiled loop holds one element function and LLVM vectorizes it.  Kernels
+compile lazily, per class and operand types, on first use.
 
 Operands arrive as flat buffers with an origin and per-axis element strides (0 on broadcast
-axes, see ``_broadcast``); the output is a flat C-contiguous buffer.  Element rules follow
-``shared/spec/semantics.md``: float bases through C99 ``pow`` in float64 then one rounding,
-integer bases by squaring with wraparound, integer bases with float exponents truncated.
+axes, see ``_broadcast``), or, for a single-element exponent, as a scalar (float64 for float
+bases, int64/uint64 for integer ones).  The output is a flat C-contiguous buffer.  Element
+rules follow ``shared/spec/semantics.md``; the float arithmetic is in ``powmath``.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
 
 from .._dtypes import NATIVE
 from .convert import narrow, widen
 from .half import half_to_f32
+from .powmath import (
+    cube_wide,
+    ipow_narrow,
+    pow_narrow,
+    pow_narrow_needs_libm,
+    pow_wide,
+    pow_wide_needs_libm,
+    rsqrt_narrow,
+    rsqrt_wide,
+    sqrt_any,
+)
+
+# Exponent classes.  IPOW is a scalar integer exponent with |n| < IPOW_LIMIT (float32 and half
+# bases square in float64; float64 bases take GENERAL, as squaring would lose accuracy).
+SQUARE, CUBE, SQRT, RECIP, RSQRT, IPOW, GENERAL = range(7)
+IPOW_LIMIT = 32
 
 # Inner-axis chunk per parallel task: long enough to amortize the row decomposition,
-# short enough that a single long row still splits across both cores.
+# short enough that a single long row still splits across both cores; 16K float32 elements
+# (64 KB per operand) stay in L2 for the rare second pass over a chunk.
 CHUNK = 16384
 
 
@@ -26,7 +49,19 @@ def exponent_as_f64(y, ykind):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
-def pow_element(x, y, xkind, ykind, imin):  # pragma: no cover - overloaded below
+def pow_element(op, x, y, ykind, imin):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+def _fix_flagged(op, xv, xkind, yv, ykind, ov):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+def _chunk(buf, start, stride, n):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+def _at(v, j):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
@@ -43,7 +78,30 @@ def _exponent_as_f64(y, ykind):
     return lambda y, ykind: types.float64(y)
 
 
-@njit
+@overload(_chunk)
+def _chunk_impl(buf, start, stride, n):
+    if not isinstance(buf, types.Array):
+        return lambda buf, start, stride, n: buf  # a scalar exponent passes through
+
+    def impl(buf, start, stride, n):
+        if stride == 1:
+            return buf[start : start + n]
+        tmp = np.empty(n, buf.dtype)  # strided or broadcast: gather, so the loop is contiguous
+        for j in range(n):
+            tmp[j] = buf[start + j * stride]
+        return tmp
+
+    return impl
+
+
+@overload(_at)
+def _at_impl(v, j):
+    if isinstance(v, types.Array):
+        return lambda v, j: v[j]
+    return lambda v, j: v
+
+
+@njit(error_model="numpy")
 def _int_pow(x, y, imin):
     """x ** y for int64 x and integer y (any width or signedness), semantics.md's rules."""
     if y < 0:
@@ -65,7 +123,26 @@ def _int_pow(x, y, imin):
     return result
 
 
-@njit
+@njit(error_model="numpy")
+def _int_ipow(x, n, imin):
+    """x ** n for int64 x and |n| < 32 without branches (vectorizable), wrapping."""
+    e = n if n >= 0 else -n
+    b = x
+    r = b if (e & 1) else types.int64(1)
+    b = b * b
+    r = r * b if (e & 2) else r
+    b = b * b
+    r = r * b if (e & 4) else r
+    b = b * b
+    r = r * b if (e & 8) else r
+    b = b * b
+    r = r * b if (e & 16) else r
+    odd_sign = types.int64(-1) if (e & 1) else types.int64(1)
+    neg = types.int64(1) if x == 1 else (odd_sign if x == -1 else (imin if x == 0 else 0))
+    return neg if n < 0 else r
+
+
+@njit(error_model="numpy")
 def _int_pow_float(x, yf, imin):
     """Integer base, float exponent: the float64 power truncated toward zero, else imin."""
     r = math.pow(types.float64(x), yf)
@@ -77,53 +154,182 @@ def _int_pow_float(x, yf, imin):
     return imin
 
 
-@overload(pow_element)
-def _pow_element(x, y, xkind, ykind, imin):
-    if isinstance(x, types.Integer) and x.signed:
-        if isinstance(y, types.Float):
-            return lambda x, y, xkind, ykind, imin: _int_pow_float(x, types.float64(y), imin)
-        if y.bitwidth == 16 and not y.signed:  # uint16 data or half bits: decided at run time
-
-            def impl_int_or_half(x, y, xkind, ykind, imin):
-                if ykind == NATIVE:
-                    return _int_pow(types.int64(x), y, imin)
-                return _int_pow_float(x, exponent_as_f64(y, ykind), imin)
-
-            return impl_int_or_half
-        return lambda x, y, xkind, ykind, imin: _int_pow(types.int64(x), y, imin)
-
-    def impl_float(x, y, xkind, ykind, imin):
-        return math.pow(types.float64(widen(x, xkind)), exponent_as_f64(y, ykind))
-
-    return impl_float
+@overload(pow_element, inline="always")
+def _pow_element(op, x, y, ykind, imin):
+    """(value, ok) of one element; ok False sends the element to the libm slow path."""
+    if not isinstance(op, types.IntegerLiteral):
+        return None
+    op = op.literal_value
+    if isinstance(x, types.Integer):
+        return _int_element(op, y)
+    if x.bitwidth == 64:
+        return _wide_element(op)
+    return _narrow_element(op)
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def pow_strided(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
-    """out.flat[i] = X[idx] ** Y[idx] over the broadcast (coalesced) ``shape``.
+def _int_element(op, y):
+    if op == SQUARE:
+        return lambda op, x, y, ykind, imin: (types.int64(x) * types.int64(x), True)
+    if op == CUBE:
+        return lambda op, x, y, ykind, imin: (
+            types.int64(x) * types.int64(x) * types.int64(x),
+            True,
+        )
+    if op == IPOW:
+        return lambda op, x, y, ykind, imin: (_int_ipow(types.int64(x), y, imin), True)
+    if isinstance(y, types.Float):
+        return lambda op, x, y, ykind, imin: (_int_pow_float(x, types.float64(y), imin), True)
+    if y.bitwidth == 16 and not y.signed:  # uint16 data or half bits: decided at run time
+
+        def impl_int_or_half(op, x, y, ykind, imin):
+            if ykind == NATIVE:
+                return _int_pow(types.int64(x), y, imin), True
+            return _int_pow_float(x, exponent_as_f64(y, ykind), imin), True
+
+        return impl_int_or_half
+    return lambda op, x, y, ykind, imin: (_int_pow(types.int64(x), y, imin), True)
+
+
+def _narrow_element(op):
+    """float32 values (float32, float16, bfloat16 bases): float64 arithmetic, one rounding."""
+    if op == SQUARE:  # exact in float64
+        return lambda op, x, y, ykind, imin: (types.float64(x) * types.float64(x), True)
+    if op == CUBE:  # 72 bits rounded once to float64, then to the narrow type
+        return lambda op, x, y, ykind, imin: (
+            types.float64(x) * types.float64(x) * types.float64(x),
+            True,
+        )
+    if op == SQRT:  # float64 sqrt and division round to float32 correctly (53 >= 2*24 + 2)
+        return lambda op, x, y, ykind, imin: (sqrt_any(types.float64(x)), True)
+    if op == RECIP:
+        return lambda op, x, y, ykind, imin: (1.0 / types.float64(x), True)
+    if op == RSQRT:
+        return lambda op, x, y, ykind, imin: (rsqrt_narrow(types.float64(x)), True)
+    if op == IPOW:
+        return lambda op, x, y, ykind, imin: (ipow_narrow(types.float64(x), y), True)
+    return lambda op, x, y, ykind, imin: pow_narrow(x, exponent_as_f64(y, ykind))
+
+
+def _wide_element(op):
+    """float64 bases: correctly rounded classes where one rounding is possible."""
+    if op == SQUARE:
+        return lambda op, x, y, ykind, imin: (x * x, True)
+    if op == CUBE:
+        return lambda op, x, y, ykind, imin: (cube_wide(x), True)
+    if op == SQRT:
+        return lambda op, x, y, ykind, imin: (sqrt_any(x), True)
+    if op == RECIP:
+        return lambda op, x, y, ykind, imin: (1.0 / x, True)
+    if op == RSQRT:
+        return lambda op, x, y, ykind, imin: (rsqrt_wide(x), True)
+    return lambda op, x, y, ykind, imin: pow_wide(x, exponent_as_f64(y, ykind))
+
+
+@overload(_fix_flagged)
+def _fix_flagged_impl(op, xv, xkind, yv, ykind, ov):
+    """Second pass over a chunk with flagged elements: libm's pow for those (GENERAL floats
+    only; the other classes never flag, and compile to nothing here)."""
+    if not isinstance(op, types.IntegerLiteral):
+        return None
+    if op.literal_value != GENERAL or isinstance(xv.dtype, types.Integer) and xv.dtype.signed:
+        return lambda op, xv, xkind, yv, ykind, ov: None
+    wide = isinstance(xv.dtype, types.Float) and xv.dtype.bitwidth == 64
+    needs_libm = pow_wide_needs_libm if wide else pow_narrow_needs_libm
+
+    def impl(op, xv, xkind, yv, ykind, ov):
+        for j in range(ov.size):
+            xw = widen(xv[j], xkind)
+            yw = exponent_as_f64(_at(yv, j), ykind)
+            if needs_libm(xw, yw):
+                ov[j] = narrow(math.pow(types.float64(xw), yw), xkind, ov)
+
+    return impl
+
+
+@njit(inline="always", error_model="numpy")
+def _drive(op, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """out.flat[i] = X[idx] ** Y[idx] over the broadcast (coalesced) ``shape``, class ``op``.
 
     Tasks are (row, chunk of the innermost axis) pairs, so both a single long row and many
-    short rows split evenly; the row's starting offsets are decomposed once per task.
+    short rows split evenly.  The parallel region only calls ``_task``: a small parfor body
+    keeps numba's parfor passes, a large part of the compile time, cheap.
     """
+    inner = shape[shape.size - 1]
+    nchunks = (inner + CHUNK - 1) // CHUNK
+    for task in prange(out.size // inner * nchunks):
+        # int64: the gufunc's loop index is unsigned, and a second signature is a second compile
+        t = types.int64(task)
+        _task(op, t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(error_model="numpy")
+def _task(op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """One (row, chunk) task: locate its operands, gather strided ones, apply the class."""
     ndim = shape.size
     inner = shape[ndim - 1]
-    nrows = out.size // inner
-    nchunks = (inner + CHUNK - 1) // CHUNK
-    xs = x_str[ndim - 1]
-    ys = y_str[ndim - 1]
-    for task in prange(nrows * nchunks):
-        row = task // nchunks
-        j0 = (task - row * nchunks) * CHUNK
-        j1 = min(inner, j0 + CHUNK)
-        xo = x_org
-        yo = y_org
-        rem = row
-        for d in range(ndim - 2, -1, -1):
-            idx = rem % shape[d]
-            rem //= shape[d]
-            xo += idx * x_str[d]
-            yo += idx * y_str[d]
-        base = row * inner
-        for j in range(j0, j1):
-            value = pow_element(x[xo + j * xs], y[yo + j * ys], xkind, ykind, imin)
-            out[base + j] = narrow(value, xkind, out)
+    row = task // nchunks
+    j0 = (task - row * nchunks) * CHUNK
+    n = min(inner, j0 + CHUNK) - j0
+    xo = x_org
+    yo = y_org
+    rem = row
+    for d in range(ndim - 2, -1, -1):
+        idx = rem % shape[d]
+        rem //= shape[d]
+        xo += idx * x_str[d]
+        yo += idx * y_str[d]
+    xv = _chunk(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], n)
+    yv = _chunk(y, yo + j0 * y_str[ndim - 1], y_str[ndim - 1], n)
+    ov = out[row * inner + j0 : row * inner + j0 + n]
+    # The loop LLVM vectorizes: contiguous chunks, the element function inlined.
+    bad = False
+    for j in range(n):
+        value, ok = pow_element(op, widen(xv[j], xkind), _at(yv, j), ykind, imin)
+        ov[j] = narrow(value, xkind, ov)
+        bad |= not ok
+    if bad:
+        _fix_flagged(op, xv, xkind, yv, ykind, ov)
+
+
+# One kernel per class; all share the signature
+# (x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin).
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_square(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** 2."""
+    _drive(SQUARE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_cube(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** 3."""
+    _drive(CUBE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_sqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** 0.5."""
+    _drive(SQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_recip(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** -1."""
+    _drive(RECIP, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_rsqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** -0.5."""
+    _drive(RSQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_ipow(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** n for a scalar int64 n with |n| < IPOW_LIMIT."""
+    _drive(IPOW, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
+
+
+@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+def pow_general(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
+    """x ** y for any exponent: a scalar or a strided array."""
+    _drive(GENERAL, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
