@@ -1,0 +1,202 @@
+"""Accuracy of Pow's float kernels, one exponent class at a time.
+
+Pow picks a kernel per call from the exponent (``numba_onnx_ops/_kernels/power.py``): x*x for a
+scalar 2, a fused cube for 3, sqrt for 0.5, a division for -1, 1/sqrt for -0.5, squaring for
+other small integers (float32 and half bases), and log/exp polynomials for everything else,
+scalar or array exponents.  semantics.md asks every float result to be within 1 ulp of the
+correctly rounded x ** float64(y).  Each class gets a million float32 inputs, a sample of float64
+ones and every float16 and bfloat16 value.
+
+Oracles: for float32 and the half types, float64 ``pow`` (glibc's is within 1 ulp, 0.52 by its
+error analysis: 29 bits beyond float32's); for float64, long double ``powl`` (x87, ~2**-63).
+Where an oracle cannot tell which of two neighbours is the correctly rounded one, both are
+accepted.  Besides the 1-ulp bound, the share of correctly rounded results must stay near 100%
+(the kernels' own error is far below half an ulp), so that a regression in a polynomial shows
+up here first.  For float64, long double has too few extra bits to tell (about 0.05% of its
+roundings to float64 are double roundings), so that share and the worst distance come from a
+sample computed with mpmath at 128 bits, when mpmath is installed.  ``pytest -s`` prints them.
+
+The slow test sweeps every float32 bit pattern for one general exponent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from oracles import (
+    BF16,
+    F16,
+    F32,
+    F64,
+    LONGDOUBLE_POW_REL_ERR,
+    assert_within_ulp,
+    pow_float_exact,
+    round_to_format,
+    ulp_distance,
+)
+
+import numba_onnx_ops as noo
+
+N = 1_000_000
+N_F64 = 300_000
+N_MPMATH = 10_000
+#: relative error bound of glibc's float64 pow (1 ulp = 2**-52 relative at most; 2x margin)
+F64_POW_REL_ERR = 2.0**-51
+
+#: Scalar exponents by the class of kernel they select.
+CLASSES = {
+    "square": [2.0],
+    "cube": [3.0],
+    "sqrt": [0.5],
+    "reciprocal": [-1.0],
+    "rsqrt": [-0.5],
+    "small integer": [4.0, 5.0, -2.0, -7.0, 17.0, 31.0, -31.0],
+    "general": [3.7, -2.5, 0.1, 1 / 3, 100.25, -0.75, 1e-5],
+}
+
+#: Minimum share of correctly rounded results per dtype (the kernels' error before the final
+#: rounding: ~2**-45 relative for float32 and the half types, ~2**-63 for float64, whose
+#: classes 2, 0.5 and -1 are single IEEE operations).
+MIN_CORRECTLY_ROUNDED = {F32: 0.99999, F64: 0.998, F16: 1.0, BF16: 1.0}
+
+
+def _bases(dtype, exponents, n, rng) -> np.ndarray:
+    """n bases: a quarter random bit patterns (any finite value, subnormals, both signs), the
+    rest log-uniform with random signs over the range where x ** y stays finite and nonzero."""
+    dtype = np.dtype(dtype)
+    bits = {F32: np.uint32, F64: np.uint64}[dtype]
+    raw = rng.integers(0, np.iinfo(bits).max, n // 4, dtype=bits, endpoint=True).view(dtype)
+    raw = raw[np.isfinite(raw)]
+    emin, emax = (-149, 128) if dtype == F32 else (-1074, 1024)
+    reach = min(emax - 2, -emin - 2) / max(abs(float(e)) for e in np.ravel(exponents))
+    lo, hi = max(-reach, emin), min(reach, emax - 1)
+    with np.errstate(over="ignore", under="ignore"):
+        spread = np.exp2(rng.uniform(lo, hi, n - raw.size)).astype(dtype)
+    spread *= rng.choice(np.array([-1, 1], dtype), spread.size)
+    return np.concatenate([raw, spread])
+
+
+def _oracle(x, y, dtype) -> tuple[np.ndarray, float]:
+    """x ** float64(y) in higher precision, and its relative error bound."""
+    if np.dtype(dtype) == F64:
+        return pow_float_exact(x, y), LONGDOUBLE_POW_REL_ERR
+    # Full arrays: numpy takes its sqrt shortcut (not C99 at -0 and -inf) for a scalar 0.5.
+    xb, yb = (np.array(a, np.float64) for a in np.broadcast_arrays(x.astype(F32), y))
+    with np.errstate(all="ignore"):
+        return np.power(xb, yb), F64_POW_REL_ERR
+
+
+def _check(x, y, dtype, what) -> tuple[float, float]:
+    """Assert <= 1 ulp; return (max ulp distance, share correctly rounded) over finite results."""
+    actual = noo.pow(x, y)
+    exact, rel_err = _oracle(x, y, dtype)
+    rounded = round_to_format(exact, dtype)
+    dist = ulp_distance(actual, rounded)
+    a64, r64 = actual.astype(np.float64), rounded.astype(np.float64)
+    # Equal to the oracle's rounding (zeros of the same sign) passes; the rest, few, goes
+    # through the full check, which also knows NaN, overflow and the oracle's uncertainty.
+    suspect = ~(dist == 0) | ((a64 == 0) & (np.signbit(a64) != np.signbit(r64)))
+    assert_within_ulp(actual[suspect], exact[suspect], dtype, rel_err=rel_err, what=what)
+    finite = np.isfinite(r64)
+    if np.dtype(dtype) == F64:
+        return _f64_mpmath(x, y, actual, finite)
+    share = float(np.mean(dist[finite] == 0)) if finite.any() else 1.0
+    return float(np.max(dist[finite], initial=0)), share
+
+
+def _f64_mpmath(x, y, actual, finite) -> tuple[float, float]:
+    """(max ulp distance, share correctly rounded) over up to N_MPMATH normal float64 results,
+    against mpmath at 128 bits (its float() rounds once, except into subnormals: excluded)."""
+    mpmath = pytest.importorskip("mpmath")
+    y = np.broadcast_to(y, x.shape)
+    normal = finite & (np.abs(actual) >= np.finfo(F64).tiny)
+    idx = np.flatnonzero(normal)[:N_MPMATH]
+    with mpmath.workprec(128):
+        ref = np.array([float(mpmath.power(float(x[i]), float(y[i]))) for i in idx])
+    dist = ulp_distance(actual[idx], ref)
+    return float(np.max(dist, initial=0)), float(np.mean(dist == 0)) if idx.size else 1.0
+
+
+def _report(what, n, worst, share, dtype):
+    sample = f" (mpmath sample of {N_MPMATH})" if np.dtype(dtype) == F64 else ""
+    print(f"\n{what}: {n} inputs, max {worst:g} ulp, {100 * share:.5f}% correctly rounded{sample}")
+    assert share >= MIN_CORRECTLY_ROUNDED[np.dtype(dtype)], f"{what}: only {share:.6%} correct"
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
+@pytest.mark.parametrize("klass", list(CLASSES))
+def test_scalar_exponent_classes(klass, dtype, rng):
+    exponents = CLASSES[klass]
+    if dtype == F64 and klass == "small integer":
+        exponents = exponents[:2]  # float64 takes the general kernel for these
+    per = -(-(N if dtype == F32 else N_F64) // len(exponents))
+    total, worst, hits = 0, 0.0, 0.0
+    for e in exponents:
+        x = _bases(dtype, [e], per, rng)
+        w, share = _check(x, np.float64(e), dtype, f"{np.dtype(dtype).name} ** {e!r}")
+        total, worst, hits = total + x.size, max(worst, w), hits + share * x.size
+    _report(f"{np.dtype(dtype).name} ** {klass}", total, worst, hits / total, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
+def test_array_exponents(dtype, rng):
+    """The general kernel with one exponent per element (a third of them integers)."""
+    n = N if dtype == F32 else N_F64
+    y = rng.uniform(-12, 12, n)
+    y[::3] = np.round(y[::3])
+    y = y.astype(dtype)
+    x = _bases(dtype, [12.0], n, rng)
+    worst, share = _check(x, y, dtype, f"{np.dtype(dtype).name} ** array")
+    _report(f"{np.dtype(dtype).name} ** array of exponents", n, worst, share, dtype)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("klass", list(CLASSES))
+def test_every_half_value(klass, dtype):
+    x = np.arange(1 << 16, dtype=np.uint16).view(dtype)
+    total, worst, hits = 0, 0.0, 0.0
+    for e in CLASSES[klass]:
+        w, share = _check(x, np.float32(e), dtype, f"{np.dtype(dtype).name} ** {e!r}")
+        total, worst, hits = total + x.size, max(worst, w), hits + share * x.size
+    _report(f"every {np.dtype(dtype).name} ** {klass}", total, worst, hits / total, dtype)
+
+
+@pytest.mark.slow
+def test_every_float32_to_the_3_7():
+    """All 2**32 float32 bit patterns to the power 3.7 (the general kernel).
+
+    The oracle is float64 pow (glibc's is within 1 ulp, 0.52 by its error analysis): where it
+    cannot tell the correctly rounded float32 apart (the exact value within 2**-51 relative of
+    a rounding boundary), both neighbours are accepted.
+    """
+    y = np.float64(3.7)
+    chunk = 1 << 24
+    worst, wrong, finite_total = 0.0, 0, 0
+    for start in range(0, 1 << 32, chunk):
+        x = np.arange(start, start + chunk, dtype=np.uint64).astype(np.uint32).view(F32)
+        actual = noo.pow(x, y)
+        with np.errstate(all="ignore"):
+            exact = np.power(x.astype(np.float64), y)
+        rounded = exact.astype(F32)  # one rounding of the float64 oracle
+        dist = ulp_distance(actual, rounded)
+        nan = np.isnan(exact)
+        assert np.array_equal(nan, np.isnan(actual)), f"NaN mismatch in chunk {start:#x}"
+        zero = rounded == 0
+        assert np.array_equal(np.signbit(actual[zero]), np.signbit(rounded[zero]))
+        suspect = ~nan & ~(dist <= 1)
+        if suspect.any():  # only where the oracle's own rounding could be the 1 ulp
+            assert_within_ulp(
+                actual[suspect],
+                exact[suspect],
+                F32,
+                rel_err=2.0**-51,
+                what=f"x ** 3.7 at {start:#x}",
+            )
+        finite = np.isfinite(rounded)
+        worst = max(worst, float(np.max(dist[finite], initial=0)))
+        wrong += int(np.count_nonzero(dist[finite] != 0))
+        finite_total += int(np.count_nonzero(finite))
+    print(
+        f"\nevery float32 ** 3.7: {finite_total} finite results, max {worst:g} ulp, "
+        f"{wrong} not correctly rounded ({100 * (1 - wrong / finite_total):.7f}% correct)"
+    )
