@@ -1,0 +1,127 @@
+"""MatMul benchmarks: square, batched, matrix-vector and tiny products over every dtype.
+
+Every class warms up in ``setup`` (the first call compiles), so ``time_*`` results hold no
+compile time; ``Compile`` in compile.py measures that separately.  MatMul's opset does not appear
+as a parameter: versions 1, 9 and 13 differ only in the dtypes they accept, not in the kernels.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numba_onnx_ops import matmul
+
+from .common import MATMUL_DTYPES, random_array, seconds_per_call, shape
+
+
+def _operands(dtype: str, a_dims, b_dims) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return random_array(rng, shape(*a_dims), dtype), random_array(rng, shape(*b_dims), dtype)
+
+
+def _flop(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
+    """Multiply-adds times two: output elements times the inner dimension, times two."""
+    return 2 * out.size * a.shape[-1]
+
+
+class MatMulSquare:
+    """n x n @ n x n: the blocked kernel, and BLAS where the dispatch picks it (float32/64)."""
+
+    params = (MATMUL_DTYPES, [256, 512, 1024])
+    param_names = ("dtype", "n")
+    timeout = 300
+
+    def setup(self, dtype, n):
+        self.a, self.b = _operands(dtype, (n, n), (n, n))
+        self.out = matmul(self.a, self.b)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, dtype, n):
+        matmul(self.a, self.b)
+
+    def track_gflops(self, dtype, n):
+        """Throughput in GFLOP/s (integer multiply-adds counted as two operations too)."""
+        return (
+            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
+        )
+
+    track_gflops.unit = "GFLOP/s"
+
+
+#: Batched products: many tiny matrices (a path without per-matrix overhead), mid-size batches,
+#: and batch dimensions that broadcast against each other.
+BATCHED = {
+    "(4096,8,8)@(4096,8,8)": ((4096, 8, 8), (4096, 8, 8)),
+    "(1024,16,16)@(1024,16,16)": ((1024, 16, 16), (1024, 16, 16)),
+    "(64,128,64)@(64,64,128)": ((64, 128, 64), (64, 64, 128)),
+    "(8,1,256,256)@(1,8,256,256)": ((8, 1, 256, 256), (1, 8, 256, 256)),
+}
+
+
+class MatMulBatched:
+    """Stacks of products with batch dimensions, broadcast or not."""
+
+    params = (MATMUL_DTYPES, list(BATCHED))
+    param_names = ("dtype", "shapes")
+    timeout = 300
+
+    def setup(self, dtype, shapes):
+        self.a, self.b = _operands(dtype, *BATCHED[shapes])
+        self.out = matmul(self.a, self.b)
+
+    def time_matmul(self, dtype, shapes):
+        matmul(self.a, self.b)
+
+    def track_gflops(self, dtype, shapes):
+        return (
+            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
+        )
+
+    track_gflops.unit = "GFLOP/s"
+
+
+#: Matrix-vector and vector-matrix products: bandwidth-bound, one pass over the matrix.
+VECTOR = {
+    "(4096,4096)@(4096,)": ((4096, 4096), (4096,)),
+    "(1,4096)@(4096,4096)": ((1, 4096), (4096, 4096)),
+    "(4096,)@(4096,4096)": ((4096,), (4096, 4096)),
+}
+
+
+class MatMulVector:
+    """Matrix-vector and vector-matrix products, 1-D operands and a 1-row matrix."""
+
+    params = (MATMUL_DTYPES, list(VECTOR))
+    param_names = ("dtype", "shapes")
+    timeout = 300
+
+    def setup(self, dtype, shapes):
+        self.a, self.b = _operands(dtype, *VECTOR[shapes])
+        self.out = matmul(self.a, self.b)
+
+    def time_matmul(self, dtype, shapes):
+        matmul(self.a, self.b)
+
+    def track_gbps(self, dtype, shapes):
+        """Memory throughput in GB/s: bytes of both operands and the result over the time."""
+        moved = self.a.nbytes + self.b.nbytes + self.out.nbytes
+        return moved / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
+
+    track_gbps.unit = "GB/s"
+
+
+class MatMulSmall:
+    """n x n @ n x n for tiny n: the cost of the front layer (validation, dispatch, allocation)."""
+
+    params = (MATMUL_DTYPES, [2, 4, 8, 16])
+    param_names = ("dtype", "n")
+
+    def setup(self, dtype, n):
+        self.a, self.b = _operands(dtype, (n, n), (n, n))
+        self.out = matmul(self.a, self.b)
+
+    def time_matmul(self, dtype, n):
+        matmul(self.a, self.b)
+
+    def time_matmul_out(self, dtype, n):
+        """With a preallocated ``out=``: the front layer without the allocation."""
+        matmul(self.a, self.b, out=self.out)

@@ -1,0 +1,147 @@
+"""Pow benchmarks on 10 million elements: exponent classes, broadcasting layouts, dtype pairs.
+
+Bases are positive floats in [0.25, 4) (a fractional power of a negative base is NaN, the
+special-value path) or integers in [-1000, 1000); array exponents are floats in [-3, 3) or
+integers in [0, 4).  Every class warms up in ``setup``, so ``time_*`` results hold no compile time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from numba_onnx_ops import pow  # noqa: A004 - the ONNX operator's name
+
+from .common import (
+    POW1_DTYPES,
+    POW_X_DTYPES,
+    POW_Y_DTYPES,
+    dtype,
+    random_array,
+    seconds_per_call,
+    shape,
+)
+
+ROWS, COLS = 1000, 10_000  # 10 million elements, as in the Pow speed issue
+
+
+def _base(rng: np.random.Generator, dims: tuple[int, ...], x_dtype: str) -> np.ndarray:
+    return random_array(rng, shape(*dims), x_dtype, floats=(0.25, 4.0), ints=(-1000, 1000))
+
+
+def _exponents(rng: np.random.Generator, dims: tuple[int, ...], y_dtype: str) -> np.ndarray:
+    return random_array(rng, shape(*dims), y_dtype, floats=(-3.0, 3.0), ints=(0, 4))
+
+
+def _is_int(name: str) -> bool:
+    return dtype(name).kind in "iu"
+
+
+#: The exponent classes: squares, cubes and other small integers, reciprocals, square roots and
+#: their reciprocals, and a general exponent.
+EXPONENTS = ["2", "3", "5", "-1", "0.5", "-0.5", "3.7"]
+
+
+class PowScalarExponent:
+    """x ** y with a 0-d y of each exponent class, for every dtype of X.
+
+    The exponent has X's dtype for float X (as ONNX models carry it); for integer X an integral
+    exponent is int64 and a fractional one float64 (integer X with a float y: the float64 result
+    truncated).
+    """
+
+    params = (POW_X_DTYPES, EXPONENTS)
+    param_names = ("dtype", "exponent")
+    timeout = 300
+
+    def setup(self, dtype_name, exponent):
+        self.x = _base(np.random.default_rng(0), (ROWS, COLS), dtype_name)
+        value = float(exponent)
+        if not _is_int(dtype_name):
+            self.y = np.asarray(value).astype(dtype(dtype_name))
+        elif value.is_integer():
+            self.y = np.asarray(int(value), np.int64)
+        else:
+            self.y = np.asarray(value, np.float64)
+        self.out = pow(self.x, self.y)  # warm-up: compiles outside the timings
+
+    def time_pow(self, dtype_name, exponent):
+        pow(self.x, self.y)
+
+    def track_gbps(self, dtype_name, exponent):
+        """Memory throughput in GB/s: bytes read and written over the time."""
+        moved = self.x.nbytes + self.out.nbytes
+        return moved / seconds_per_call(lambda: pow(self.x, self.y)) / 1e9
+
+    track_gbps.unit = "GB/s"
+
+
+#: Broadcasting layouts (X and Y of X's dtype): the specializations (same shape, a row vector
+#: along the inner dimension, a column, an outer product), the strided fallback (a transposed X),
+#: and Pow-1's legacy broadcast with ``axis`` (the one opset whose code path differs).
+LAYOUTS = [
+    "same shape",
+    "row (10000,)",
+    "column (1000,1)",
+    "outer (1000,1)^(1,10000)",
+    "transposed X ^ row",
+    "opset 1 broadcast=1 axis=0",
+]
+
+
+class PowBroadcast:
+    """x ** y with an array y, in each broadcasting layout, for every dtype of X."""
+
+    params = (POW_X_DTYPES, LAYOUTS)
+    param_names = ("dtype", "layout")
+    timeout = 300
+
+    def setup(self, dtype_name, layout):
+        rng = np.random.default_rng(0)
+        self.kwargs = {}
+        if layout == "same shape":
+            x_dims, y_dims = (ROWS, COLS), (ROWS, COLS)
+        elif layout == "row (10000,)":
+            x_dims, y_dims = (ROWS, COLS), (COLS,)
+        elif layout == "column (1000,1)":
+            x_dims, y_dims = (ROWS, COLS), (ROWS, 1)
+        elif layout == "outer (1000,1)^(1,10000)":
+            x_dims, y_dims = (ROWS, 1), (1, COLS)
+        elif layout == "transposed X ^ row":
+            x_dims, y_dims = (COLS, ROWS), (COLS,)  # X.T below: (ROWS, COLS), Fortran order
+        else:
+            if dtype_name not in POW1_DTYPES:
+                raise NotImplementedError(f"Pow-1 has no {dtype_name}")  # asv: skip
+            x_dims, y_dims = (ROWS, COLS), (ROWS,)
+            self.kwargs = {"opset": 1, "broadcast": 1, "axis": 0}
+        self.x = _base(rng, x_dims, dtype_name)
+        if layout == "transposed X ^ row":
+            self.x = self.x.T
+        self.y = _exponents(rng, y_dims, dtype_name)
+        pow(self.x, self.y, **self.kwargs)
+
+    def time_pow(self, dtype_name, layout):
+        pow(self.x, self.y, **self.kwargs)
+
+
+class PowTypes:
+    """Every (X, Y) dtype pair Pow-15 allows, with a 0-d and with a same-shape exponent.
+
+    A 0-d exponent is 3.7 for a float Y and 2 for an integer Y (so the issue's bfloat16 ^ float32
+    3.7 and float32 ^ int64 2 are here); an array exponent is random (see the module docstring).
+    """
+
+    params = (POW_X_DTYPES, POW_Y_DTYPES, ["0-d", "same shape"])
+    param_names = ("x_dtype", "y_dtype", "y")
+    timeout = 300
+
+    def setup(self, x_dtype, y_dtype, y):
+        rng = np.random.default_rng(0)
+        self.x = _base(rng, (ROWS, COLS), x_dtype)
+        if y == "0-d":
+            self.y = np.asarray(2 if _is_int(y_dtype) else 3.7).astype(dtype(y_dtype))
+        else:
+            self.y = _exponents(rng, (ROWS, COLS), y_dtype)
+        pow(self.x, self.y)
+
+    def time_pow(self, x_dtype, y_dtype, y):
+        pow(self.x, self.y)

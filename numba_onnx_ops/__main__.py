@@ -1,0 +1,189 @@
+"""Command line: ``python -m numba_onnx_ops [bench ...]``.
+
+With no command it runs the main job: a short demonstration of both operators followed by a
+short peer comparison (well under a minute, compilation included).  ``bench`` runs the full
+comparison against numpy and onnxruntime; see ``python -m numba_onnx_ops bench --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from . import _bench, matmul, pow, resolve_version
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status (0 ok, 1 a wrong result, 2 usage)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command == "bench":
+        return _bench_command(args.parser, args, "python -m numba_onnx_ops " + shlex.join(argv))
+    return demo()
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m numba_onnx_ops",
+        description="Without a command: a short demonstration of MatMul and Pow and a short "
+        "peer comparison (well under a minute).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    bench = commands.add_parser(
+        "bench",
+        help="compare the speed with numpy and onnxruntime",
+        description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types) "
+        "and onnxruntime (when installed) side by side on every case of the MatMul and Pow "
+        "speed targets: results are checked to agree first, then the contenders are timed "
+        "interleaved; the table gives medians and ratio = best peer's median / ours. Progress "
+        "goes to stderr, the table to stdout. Exit status 1 if any result of ours disagrees.",
+    )
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick",
+        action="store_const",
+        const="quick",
+        dest="size",
+        help="fewer rounds, and 256x256 instead of 1024x1024 for the half-type products "
+        "(numpy's take seconds there); same as --size quick",
+    )
+    size.add_argument(
+        "--size",
+        choices=_bench.SIZES,
+        help="full (the targets' shapes; default), quick, or tiny (every dimension cut to "
+        f"{_bench.TINY_DIM}: checks that every case runs; its times mean nothing)",
+    )
+    bench.add_argument(
+        "--cases",
+        nargs="+",
+        metavar="PATTERN",
+        help="run only the cases whose name matches a glob or contains the text "
+        "(e.g. 'matmul-*' or pow-f16); --list shows the names",
+    )
+    bench.add_argument("--list", action="store_true", help="list the cases and exit")
+    # size: both --quick and --size write it; parser: usage errors show the bench command's usage
+    bench.set_defaults(size="full", parser=bench)
+    bench.add_argument("--csv", metavar="FILE", help="also write the table as CSV")
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    bench.add_argument(
+        "--plot", metavar="FILE", help="also draw a bar chart to this PNG (needs matplotlib)"
+    )
+    return parser
+
+
+def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> int:
+    try:
+        cases = _bench.select_cases(args.cases)
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.list:
+        for case in cases:
+            print(f"{case.name:28} {case.label():48} target >= {case.target:g}")
+        return 0
+    if args.plot and (problem := _bench.check_plot_available()):
+        parser.error(problem)
+    env = _bench.environment()
+    say = _bench.stderr_progress
+    say(_bench.environment_line(env))
+    if env["OPENBLAS_CORETYPE"]:
+        say(
+            f"note: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} is set, which can slow numpy's "
+            "BLAS; for a fair comparison unset it (and OPENBLAS_L2_SIZE) for this command"
+        )
+    start = time.perf_counter()
+    rows = _bench.run_comparison(cases, args.size, progress=say)
+    print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
+    print(_bench.environment_line(env))
+    print(f"ratio = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
+    print()
+    print(_bench.format_table(rows))
+    say(f"\n{len(rows)} cases in {time.perf_counter() - start:.0f} s")
+    if args.csv:
+        _bench.write_csv(rows, args.csv)
+        say(f"wrote {args.csv}")
+    if args.json:
+        _bench.write_json(rows, args.json, env)
+        say(f"wrote {args.json}")
+    if args.plot:
+        _bench.plot(rows, args.plot, env)
+        say(f"wrote {args.plot}")
+    return 0 if all(row.ours_ok for row in rows) else 1
+
+
+def demo() -> int:
+    """The main job: both operators on small inputs, then the short comparison."""
+    start = time.perf_counter()
+    print("numba_onnx_ops: the ONNX operators MatMul and Pow as numba-compiled kernels")
+    print(_bench.environment_line(_bench.environment()))
+    print("(the first call per dtype and path compiles its kernel; numba caches it on disk)\n")
+    np.set_printoptions(precision=4, suppress=True)
+    ok = True
+    # The examples use the dtypes of the comparison below, so they compile nothing extra but
+    # pow(int32, int64).
+
+    print(f"1. MatMul (opset 21 runs MatMul-{resolve_version('MatMul', 21)}; numpy.matmul rules)")
+    a = np.array([[1, 2], [3, 4]], np.int32)
+    b = np.array([[5, 6], [-7, 2**31 - 1]], np.int32)
+    ok &= _show("matmul(a, b)  int32, exact modulo 2**32", lambda: matmul(a, b), a @ b)
+    s = np.arange(12, dtype=np.float32).reshape(2, 2, 3) / 4
+    t = np.array([[1, 0], [0, 1], [1, -1]], np.float32)
+    ok &= _show("matmul(s, t)  float32 (2,2,3) @ (3,2): a batch", lambda: matmul(s, t), s @ t)
+
+    print(f"\n2. Pow (opset 11 runs Pow-{resolve_version('Pow', 11)}; the newest is Pow-15)")
+    x = np.array([0.5, 2.0, 3.0, 10.0], np.float32)
+    y = np.float32(2.5)
+    ok &= _show("pow(x, np.float32(2.5))  float32", lambda: pow(x, y), x**y, exact=False)
+    n = np.array([2, -3, 10, 1000], np.int32)
+    ok &= _show("pow(n, 3)  int32 base, Python int exponent: exact", lambda: pow(n, 3), n**3)
+    m = np.arange(6, dtype=np.float32).reshape(2, 3)
+    e = np.array([1.0, 2.0, 0.5], np.float32)
+    ok &= _show(
+        "pow(m, e, opset=1, broadcast=1)  Pow-1's legacy broadcast",
+        lambda: pow(m, e, opset=1, broadcast=1),
+        m**e,
+        exact=False,
+    )
+    h = np.array([0.1, 1.5, 100.0, 300.0], np.float16)
+    two = np.float16(2)
+    with np.errstate(over="ignore"):
+        expected = (h.astype(np.float32) ** 2).astype(np.float16)
+    ok &= _show(
+        "pow(h, np.float16(2))  float16, computed in float32 (300**2 overflows to inf)",
+        lambda: pow(h, two),
+        expected,
+    )
+
+    print("\n3. Short peer comparison (python -m numba_onnx_ops bench runs all the cases)")
+    cases = _bench.select_cases(list(_bench.DEMO_CASES))
+    rows = _bench.run_comparison(cases, "quick", progress=lambda msg: print(msg, flush=True))
+    print()
+    print(_bench.format_table(rows))
+    ok &= all(row.ours_ok for row in rows)
+    print(f"\ndone in {time.perf_counter() - start:.1f} s" + ("" if ok else "; RESULTS DISAGREE"))
+    return 0 if ok else 1
+
+
+def _show(what: str, call, expected: np.ndarray, *, exact: bool = True) -> bool:
+    t0 = time.perf_counter()
+    got = call()
+    seconds = time.perf_counter() - t0
+    if exact:
+        agree = got.dtype == expected.dtype and np.array_equal(got, expected)
+    else:
+        agree = got.dtype == expected.dtype and np.allclose(
+            got.astype(np.float64), expected.astype(np.float64), rtol=1e-3, atol=1e-3
+        )
+    result = np.array2string(got, separator=", ").replace("\n", "")
+    print(f"   {what}\n     = {result}")
+    print(f"     numpy {'agrees' if agree else 'DISAGREES'}; first call {seconds:.2f} s")
+    return bool(agree)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""The benchmarks stay alive: every asv benchmark runs once over the full cartesian product of its
+parameters at a tiny size, and the peer comparison runs end to end (and catches wrong results)."""
+
+from __future__ import annotations
+
+import csv
+import inspect
+import itertools
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from numba_onnx_ops import _bench
+from numba_onnx_ops.__main__ import _parser, main
+
+# The asv suite is the top-level benchmarks/ package, next to tests/.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from benchmarks import common, matmul, power  # noqa: E402
+from benchmarks import compile as compile_bench  # noqa: E402
+
+PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
+MODULES = (matmul, power, compile_bench)
+
+
+def _classes(module) -> list[type]:
+    return [
+        cls
+        for cls in vars(module).values()
+        if inspect.isclass(cls)
+        and cls.__module__ == module.__name__
+        and any(name.startswith(PREFIXES) for name in dir(cls))
+    ]
+
+
+def _methods(cls: type) -> list[str]:
+    return [name for name in dir(cls) if name.startswith(PREFIXES)]
+
+
+def _grid(cls: type) -> list[tuple]:
+    params = getattr(cls, "params", [])
+    if params and not isinstance(params[0], list | tuple):
+        params = [params]  # asv's shorthand for a single parameter
+    return list(itertools.product(*params))
+
+
+CLASSES = [cls for module in MODULES for cls in _classes(module)]
+IN_PROCESS = [cls for cls in CLASSES if not any(m.startswith("timeraw_") for m in _methods(cls))]
+TIMERAW = [cls for cls in CLASSES if cls not in IN_PROCESS]
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch):
+    monkeypatch.setattr(common, "TINY", True)
+
+
+def test_suite_has_the_classes_the_issues_ask_for():
+    assert {cls.__name__ for cls in CLASSES} >= {
+        "MatMulSquare",
+        "MatMulBatched",
+        "MatMulVector",
+        "MatMulSmall",
+        "PowScalarExponent",
+        "PowBroadcast",
+        "PowTypes",
+        "Compile",
+    }
+    for cls in CLASSES:
+        if getattr(cls, "params", None):
+            assert len(cls.param_names) == len(_grid(cls)[0]), cls.__name__
+
+
+def test_grids_cover_every_dtype_the_operators_allow():
+    import numba_onnx_ops
+
+    def names(dtypes):
+        return {np.dtype(d).name for d in dtypes}
+
+    assert set(common.MATMUL_DTYPES) == names(numba_onnx_ops.MATMUL_TYPES[13])
+    x_types, y_types = numba_onnx_ops.POW_TYPES[15]
+    assert set(common.POW_X_DTYPES) == names(x_types)
+    assert set(common.POW_Y_DTYPES) == names(y_types)
+    for cls in (matmul.MatMulSquare, matmul.MatMulBatched, matmul.MatMulVector):
+        assert set(cls.params[0]) == set(common.MATMUL_DTYPES)
+    assert set(power.PowTypes.params[1]) == set(common.POW_Y_DTYPES)
+
+
+@pytest.mark.parametrize("cls", IN_PROCESS, ids=lambda cls: cls.__name__)
+def test_every_benchmark_runs_over_its_full_grid(cls):
+    ran = skipped = 0
+    grid = _grid(cls)
+    for combo in grid:
+        bench = cls()
+        try:
+            bench.setup(*combo)
+        except NotImplementedError:  # asv's way to skip a combination
+            skipped += 1
+            continue
+        for name in _methods(cls):
+            result = getattr(bench, name)(*combo)
+            if name.startswith("track_"):
+                assert math.isfinite(result) and result > 0, (name, combo, result)
+        ran += 1
+    assert ran + skipped == len(grid) and ran > skipped
+
+
+@pytest.mark.parametrize("cls", TIMERAW, ids=lambda cls: cls.__name__)
+def test_every_timeraw_benchmark_runs_in_a_fresh_process(cls):
+    """The code strings run as asv runs them (setup, then the statement), all in one new
+    interpreter to keep the test short; warm-cache combinations first, so that later cold ones
+    (whose NUMBA_CACHE_DIR comes after numba's import) load kernels instead of compiling."""
+    codes = []
+    grid = sorted(_grid(cls) or [()], key=lambda combo: "cold" in combo)
+    for combo in grid:
+        bench = cls()
+        if hasattr(bench, "setup"):
+            bench.setup(*combo)
+        for name in _methods(cls):
+            code = getattr(bench, name)(*combo)
+            stmt, setup = code if isinstance(code, tuple) else (code, "")
+            codes.append(f"{setup}\n{stmt}")
+    script = "\n".join(f"exec({code!r}, {{}})" for code in codes)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# The peer comparison command
+
+
+def test_bench_command_runs_every_case(tmp_path, capsys):
+    files = {ext: tmp_path / f"bench.{ext}" for ext in ("csv", "json", "png")}
+    args = ["bench", "--size", "tiny", "--csv", str(files["csv"]), "--json", str(files["json"])]
+    plotting = _bench.check_plot_available() is None
+    if plotting:
+        args += ["--plot", str(files["png"])]
+    assert main(args) == 0
+    table = capsys.readouterr().out
+    for case in _bench.CASES:
+        assert f"| {case.name} " in table
+    with open(files["csv"]) as f:
+        rows = list(csv.DictReader(f))
+    assert [row["case"] for row in rows] == [case.name for case in _bench.CASES]
+    assert all(row["numba_onnx_ops_status"] == "ok" for row in rows)
+    assert all(float(row["numba_onnx_ops_s"]) > 0 and float(row["ratio"]) > 0 for row in rows)
+    data = json.loads(files["json"].read_text())
+    assert data["environment"]["threads"] >= 1 and len(data["rows"]) == len(_bench.CASES)
+    if plotting:
+        assert files["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_command_line_in_a_fresh_process():
+    cmd = [sys.executable, "-m", "numba_onnx_ops", "bench", "--quick", "--cases", "matmul-f32-4x4"]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "| matmul-f32-4x4 " in done.stdout
+    assert "[1/1] matmul-f32-4x4" in done.stderr  # progress goes to stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "size"),
+    [
+        ([], "full"),
+        (["--quick"], "quick"),
+        (["--size", "tiny"], "tiny"),
+        (["--size", "full"], "full"),
+    ],
+)
+def test_bench_size_option(args, size):
+    assert _parser().parse_args(["bench", *args]).size == size
+
+
+def test_bench_command_rejects_unknown_cases(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--cases", "no-such-case"])
+    assert exc.value.code == 2
+    assert "matmul-f32-1024" in capsys.readouterr().err
+
+
+def test_cases_cover_both_target_tables():
+    names = {case.name for case in _bench.CASES}
+    assert len(names) == len(_bench.CASES) == 26
+    assert set(_bench.DEMO_CASES) <= names
+    assert {c.op for c in _bench.CASES} == {"MatMul", "Pow"}
+    assert _bench.select_cases(["pow-f16"]) == [
+        c for c in _bench.CASES if c.name in ("pow-f16-e2", "pow-f16-e3.7")
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# The agreement check catches wrong results
+
+
+def _case(name: str) -> _bench.Case:
+    (case,) = _bench.select_cases([name])
+    return case
+
+
+@pytest.mark.parametrize("name", ["matmul-i32-512", "matmul-f32-256", "matmul-bf16-1024"])
+def test_matmul_check_accepts_numpy_and_rejects_a_perturbed_result(name):
+    case = _case(name)
+    a, b = _bench.make_inputs(case, "tiny")
+    good = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+    assert _bench.check(case, a, b, good) is None
+    bad = good.copy()
+    bad[0, 0] = bad[0, 0] + (1 if a.dtype.kind in "iu" else 0.5)
+    assert "1 of" in _bench.check(case, a, b, bad)
+    assert "expected" in _bench.check(case, a, b, good.T[:-1])
+
+
+@pytest.mark.parametrize("name", ["pow-f32-e3.7", "pow-f32-row", "pow-f64-e3.7", "pow-f16-e2"])
+def test_pow_check_allows_two_ulps_and_no_more(name):
+    case = _case(name)
+    x, y = _bench.make_inputs(case, "tiny")
+    exact = np.power(x.astype(np.longdouble), y.astype(np.longdouble))
+    exact = exact.astype(np.float64).astype(x.dtype)  # rounded as the check rounds
+    assert _bench.check(case, x, y, exact) is None
+    two_up = np.nextafter(np.nextafter(exact, np.inf), np.inf)
+    assert _bench.check(case, x, y, two_up) is None
+    three_up = np.nextafter(two_up, np.inf)
+    assert "beyond 2 ulp" in _bench.check(case, x, y, three_up)
+
+
+def test_integer_pow_reference_follows_the_spec():
+    x = np.array([2, -3, 0, 1, -1, -1, 5, 0, 2**20], np.int32)
+    y = np.array([3, 3, -2, -7, -3, -4, -1, 0, 2], np.int32)
+    expected = [8, -27, np.iinfo(np.int32).min, 1, -1, 1, 0, 1, 0]  # 2**40 wraps to 0
+    assert _bench._int_pow_reference(x, y).tolist() == expected
+
+
+def test_timing_interleaves_and_rotates_the_order():
+    calls = []
+    funcs = {name: (lambda name=name: calls.append(name)) for name in "abc"}
+    timing = _bench.Timing(min_rounds=3, max_rounds=3, budget_s=0.0, min_sample_s=0.0, settle_s=0.0)
+    samples = _bench.time_interleaved(funcs, dict.fromkeys("abc", 1e-3), timing)
+    assert calls == list("abcbcacab")
+    assert all(len(s) == 3 for s in samples.values())
