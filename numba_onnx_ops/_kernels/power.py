@@ -20,6 +20,7 @@ from numba import njit, prange, types
 from numba.extending import overload
 
 from .._dtypes import NATIVE
+from ._jit import kernel
 from .convert import narrow, widen
 from .half import half_to_f32
 from .powmath import (
@@ -293,43 +294,43 @@ def _task(op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out
 
 # One kernel per class; all share the signature
 # (x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin).
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_square(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** 2."""
     _drive(SQUARE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_cube(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** 3."""
     _drive(CUBE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_sqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** 0.5."""
     _drive(SQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_recip(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** -1."""
     _drive(RECIP, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_rsqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** -0.5."""
     _drive(RSQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_ipow(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** n for a scalar int64 n with |n| < IPOW_LIMIT."""
     _drive(IPOW, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
 
 
-@njit(parallel=True, cache=True, nogil=True, error_model="numpy")
+@kernel(parallel=True, error_model="numpy")
 def pow_general(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin):
     """x ** y for any exponent: a scalar or a strided array."""
     _drive(GENERAL, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin)
