@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from . import _parallel
 from ._versions import MATMUL_TYPES, POW_TYPES, resolve_version
+from ._warmup import compiled_specializations, warmup
 from .matmul import matmul
 from .power import pow  # noqa: A004 - the ONNX operator's name
 
@@ -19,4 +20,13 @@ _parallel.prefer_tbb()  # before any kernel starts numba's threads
 
 __version__ = "0.1.0"
 
-__all__ = ["matmul", "pow", "resolve_version", "MATMUL_TYPES", "POW_TYPES", "__version__"]
+__all__ = [
+    "matmul",
+    "pow",
+    "warmup",
+    "compiled_specializations",
+    "resolve_version",
+    "MATMUL_TYPES",
+    "POW_TYPES",
+    "__version__",
+]

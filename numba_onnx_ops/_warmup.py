@@ -1,0 +1,87 @@
+"""Ahead-of-use compilation and a count of what has been compiled."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+import numpy as np
+
+from ._versions import MATMUL_TYPES, POW_TYPES
+from .matmul import matmul
+from .power import pow  # noqa: A004
+
+# Shapes that walk every dispatch path: tiny, batched, odd sizes past the block edges, and
+# matrix-vector products; for Pow, every exponent class and broadcast pattern.
+_MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)),
+                 ((2, 1, 33, 17), (3, 17, 5)), ((64,), (64, 64)), ((64, 64), (64,))]  # fmt: skip
+_POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
+
+
+def warmup(dtypes: Iterable | None = None, *, verbose: bool = False) -> dict[str, float]:
+    """Compile the kernels for ``dtypes`` now instead of at their first use.
+
+    Compiled code goes to numba's on-disk cache (next to the package, or under
+    ``NUMBA_CACHE_DIR``), so a warm-up in one process also speeds up later processes.
+
+    Parameters
+    ----------
+    dtypes : iterable of dtype-like, optional
+        Base dtypes to prepare (MatMul operands, Pow's ``X``); default: every dtype either
+        operator allows.  Pow is prepared for exponents of the same dtype and for Python
+        ``int``/``float`` exponents (int64/float64).
+    verbose : bool
+        Print each dtype's compile time as it finishes.
+
+    Returns
+    -------
+    dict
+        Seconds spent per dtype name.
+    """
+    matmul_types = MATMUL_TYPES[max(MATMUL_TYPES)]
+    pow_types = POW_TYPES[max(POW_TYPES)][0]
+    if dtypes is None:
+        dtypes = sorted(matmul_types | pow_types, key=str)
+    seconds = {}
+    rng = np.random.default_rng(0)
+    for dtype in map(np.dtype, dtypes):
+        start = time.perf_counter()
+        if dtype not in matmul_types | pow_types:
+            raise TypeError(f"warmup: {dtype} is not a dtype of MatMul or Pow")
+        if dtype in matmul_types:
+            for sa, sb in _MATMUL_CASES:
+                matmul(np.ones(sa, dtype), np.ones(sb, dtype))
+        if dtype in pow_types:
+            x = np.abs(rng.standard_normal((8, 40))).astype(dtype)
+            for e in _POW_EXPONENTS:
+                if dtype.kind in "iu" and e != int(e):
+                    continue
+                pow(x, e)
+                pow(x, np.asarray(e, dtype))
+            pow(x, x)
+            pow(x, x[0])
+            pow(x[:, :1], x[0])
+        seconds[str(dtype)] = time.perf_counter() - start
+        if verbose:
+            print(f"warmup {dtype}: {seconds[str(dtype)]:.2f} s", file=sys.stderr)
+    return seconds
+
+
+def compiled_specializations() -> dict[str, int]:
+    """Signatures compiled (or loaded from cache) so far, per numba function of this package.
+
+    Keys are ``module.function``; the kernels the front layers launch and the ``@njit``
+    helpers they call are both listed (a helper gets a signature per caller type).
+    """
+    from numba.core.registry import CPUDispatcher
+
+    kernels = {}
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(__package__ + "."):
+            continue
+        for value in vars(module).values():
+            if isinstance(value, CPUDispatcher) and value.signatures:
+                func = value.py_func
+                kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
+    return kernels
