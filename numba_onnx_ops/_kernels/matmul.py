@@ -30,6 +30,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic, overload
 from numba.np.numpy_support import carray
 
+from ._jit import kernel
 from .convert import narrow, widen
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
@@ -177,7 +178,7 @@ def _store_tile_ov(tile, out, bi, m0, n0, mi, nj, kind):
     return store
 
 
-@njit(parallel=True, cache=True, nogil=True)
+@kernel(parallel=True)
 def matmul_packed(
     a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs, kind, out, M, N, K, mt, nt, kc, mg, acc_proto
 ):
@@ -252,7 +253,7 @@ def _lanes_ov(proto, vectors):
     return lambda proto, vectors: n
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+@kernel(parallel=True, fastmath={"contract"})
 def matmul_direct(
     a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs, kind, out, M, N, K, chunks, acc_proto
 ):
@@ -301,38 +302,50 @@ def matmul_direct(
                             c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath={"contract"})
+@kernel(parallel=True, fastmath={"contract"})
 def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_proto):
     """out[b] = A[b] @ B[b] for batches of tiny matrices (N of one to two vectors).
 
     B must have unit column stride and N >= SV.  One task per matrix, nothing copied: RB x SV
     blocks read B rows in place; the last column strip is shifted left to end at N (its
-    overlap is computed twice, identically), rows past M re-read row M-1.
+    overlap is computed twice, identically); the last M % RB rows go one at a time.
     """
     SV = _lanes(acc_proto, 1)
+    mfull = M - M % RB
     for bi in prange(out.shape[0]):
         ao = a_off[bi]
         bo = b_off[bi]
-        c = out[bi]
         acc = carray(_stack_buffer(32, acc_proto), (RB, SV))
         for j00 in range(0, N, SV):
             j0 = min(j00, N - SV)
-            for i0 in range(0, M, RB):
+            # Full blocks with constant bounds throughout (measured: a clamped row index or a
+            # variable store count in this loop nest cost as much as the arithmetic).
+            for i0 in range(0, mfull, RB):
                 for r in range(RB):
                     for j in range(SV):
                         acc[r, j] = 0
                 for k in range(K):
                     bk = bo + k * b_rs + j0
                     for r in range(RB):
-                        aik = widen(_at(a, ao + min(i0 + r, M - 1) * a_rs + k * a_cs), kind)
+                        aik = widen(_at(a, ao + (i0 + r) * a_rs + k * a_cs), kind)
                         for j in range(SV):
                             acc[r, j] += aik * widen(_at(b, bk + j), kind)
-                for r in range(min(RB, M - i0)):
+                for r in range(RB):
                     for j in range(SV):
-                        c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
+                        out[bi, i0 + r, j0 + j] = narrow(acc[r, j], kind, out)
+            for i in range(mfull, M):  # the last M % RB rows, one at a time
+                for j in range(SV):
+                    acc[0, j] = 0
+                for k in range(K):
+                    bk = bo + k * b_rs + j0
+                    aik = widen(_at(a, ao + i * a_rs + k * a_cs), kind)
+                    for j in range(SV):
+                        acc[0, j] += aik * widen(_at(b, bk + j), kind)
+                for j in range(SV):
+                    out[bi, i, j0 + j] = narrow(acc[0, j], kind, out)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+@kernel(parallel=True, fastmath=_FASTMATH)
 def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, acc_proto):
     """out[b, i] = sum_k A[b, i, k] * x[b, k]: one dot product per row, ``rows`` rows per task.
 
@@ -354,7 +367,7 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
             out[bi, i] = narrow(acc[0], kind, out)
 
 
-@njit(parallel=True, cache=True, nogil=True, fastmath=_FASTMATH)
+@kernel(parallel=True, fastmath=_FASTMATH)
 def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols, acc_proto):
     """out[b, j] = sum_k x[b, k] * B[b, k, j]: rows of B scaled and added, ``cols`` per task.
 
