@@ -67,7 +67,7 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
         # non-native byte order).  A 4x4 product costs about numpy's own call.
         dt = A.dtype
         if A.ndim == 2 and B.ndim == 2 and (dt == _F32 or dt == _F64) and B.dtype == dt:
-            if A.shape[1] == B.shape[0] and _blas_wins_2d(A.shape[0], B.shape[1], A.shape[1]):
+            if A.shape[1] == B.shape[0] and _blas_wins(dt, (), A.shape[0], B.shape[1], A.shape[1]):
                 return _np_matmul(A, B)
     version = resolve_version("MatMul", opset)
     label = f"MatMul-{version}"
@@ -102,23 +102,33 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
     if target.size:
         if k == 0:
             target[...] = 0
-        elif a.dtype in (_F32, _F64) and _blas_wins(batch, a2, b2, m, n, k):
+        elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, batch, m, n, k):
             _np_matmul(a, b, out=target)
         else:
             _run(a2, b2, batch, m, n, k, target)
     return finish(result, target)
 
 
-def _blas_wins_2d(m: int, n: int, k: int) -> bool:
-    """Whether numpy's BLAS beats the own kernels on a single float32/float64 product."""
-    return True
+# Where numpy's BLAS (OpenBLAS here) beats the own kernels on float products, per matrix:
+# tiny products, where its call (about 1 us) undercuts a parallel launch (about 10 us), and
+# large ones, where sgemm/dgemm run faster per core than matmul_direct (OpenBLAS 94 vs 80
+# GFLOP/s per core, float32 1024^3).  In between, OpenBLAS's two threads do not pay off
+# (float32 256^3: 0.5 ms, 67 GFLOP/s), while matmul_direct splits the columns of all the
+# batch's matrices across the threads at once.  float64: the own kernel is slower per core
+# (40 vs 47 GFLOP/s), so BLAS from 2-D products up.
+_BLAS_TINY = 48**3
+_BLAS_LARGE = 640**3
+_BLAS_F64 = 128**3
 
 
-def _blas_wins(batch, a: np.ndarray, b: np.ndarray, m: int, n: int, k: int) -> bool:
-    """Whether numpy's BLAS beats the own kernels on a validated float product."""
+def _blas_wins(dtype: np.dtype, batch: tuple, m: int, n: int, k: int) -> bool:
+    """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product."""
+    mnk = m * n * k
+    if dtype == _F64:
+        return not batch or mnk > _BLAS_F64
     if not batch:
-        return _blas_wins_2d(m, n, k)
-    return False
+        return mnk <= _BLAS_TINY or mnk > _BLAS_LARGE or m == 1 or n == 1
+    return mnk > _BLAS_LARGE
 
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:

@@ -293,12 +293,26 @@ def test_vector_dot_vector(paths, rng):
 
 # numpy's BLAS for float32/float64
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-@pytest.mark.parametrize("shapes", [((4, 4), (4, 4)), ((33, 70), (70, 9)), ((5, 7), (7,))])
+@pytest.mark.parametrize(
+    "shapes", [((4, 4), (4, 4)), ((33, 7), (7, 9)), ((5, 7), (7,)), ((1, 700), (700, 700))]
+)
 def test_blas_two_dimensional(paths, rng, dtype, shapes):
     a, b = operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype)
     check(a, b)
     check(a, b, out=np.empty(np.matmul(a, b).shape, dtype))
     assert paths == ["blas", "blas"]
+
+
+@pytest.mark.parametrize("shapes", [((70, 80), (80, 90)), ((3, 21, 19), (19, 35))])
+def test_mid_size_float32_is_own(paths, rng, shapes):
+    a, b = operand(rng, shapes[0], F32), operand(rng, shapes[1], F32)
+    check(a, b)
+    assert paths == ["direct"]
+
+
+def test_float64_two_dimensional_is_blas(paths, rng):
+    check(operand(rng, (70, 80), F64), operand(rng, (80, 90), F64))
+    assert paths == ["blas"]
 
 
 def test_fast_path_keeps_every_check(paths, rng):
