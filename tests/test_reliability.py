@@ -300,7 +300,7 @@ def test_random_matmul_inputs(data):
         ref = a.astype(np.float64) @ b.astype(np.float64)
         tol = k * np.finfo(np.float32 if na.itemsize <= 4 else na).eps
         bound = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))
-        half_ulp = np.finfo(na).eps if na.itemsize == 2 else 0.0
+        half_ulp = ml_dtypes.finfo(na).eps if na.itemsize == 2 else 0.0
         assert np.all(np.abs(got.astype(np.float64) - ref) <= (tol + half_ulp) * bound + 1e-300)
 
 
