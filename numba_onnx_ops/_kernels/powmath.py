@@ -192,7 +192,7 @@ def _is_int(y):
 def _is_odd(y):
     """y is an odd integer (false for NaN and infinities)."""
     h = y * 0.5
-    return np.floor(y) == y and np.floor(h) != h
+    return (np.floor(y) == y) & (np.floor(h) != h)
 
 
 @_jit
@@ -204,10 +204,10 @@ def _special_rules(m, x, y):
     """
     a = abs(x)
     neg = (f64_as_u64(x) & _SIGN) != _U64(0)
-    r = -m if (neg and _is_odd(y)) else m
-    r = _NAN if (neg and not _is_int(y) and a != 0.0 and a != _INF) else r
-    r = _NAN if (x != x or y != y) else r
-    return 1.0 if (y == 0.0 or x == 1.0 or (a == 1.0 and abs(y) == _INF)) else r
+    r = -m if (neg & _is_odd(y)) else m
+    r = _NAN if (neg & (not _is_int(y)) & (a != 0.0) & (a != _INF)) else r
+    r = _NAN if ((x != x) | (y != y)) else r
+    return 1.0 if ((y == 0.0) | (x == 1.0) | ((a == 1.0) & (abs(y) == _INF))) else r
 
 
 # --------------------------------------------------------------------------------------------
@@ -223,9 +223,12 @@ def _log2_narrow(a):
     a = 2**k * m with m in [sqrt(1/2), sqrt(2)); log2(m) = s * P(s*s), s = (m-1)/(m+1),
     |s| <= 0.1716: m - 1 and m + 1 are exact, s carries one rounding.
     """
-    tmp = f32_as_u32(a) - _U32(0x3F3504F3)  # sqrt(1/2)
-    k = types.float64(types.int32(tmp) >> types.int32(23))
-    m = types.float64(u32_as_f32(f32_as_u32(a) - (tmp & _U32(0xFF800000))))
+    # numba widens 32-bit integer arithmetic to 64 bits; the casts keep the vector code in
+    # 8 x 32-bit lanes instead of shuffling between lane widths.
+    ia = f32_as_u32(a)
+    tmp = _U32(ia - _U32(0x3F3504F3))  # sqrt(1/2)
+    k = types.float64(types.int32(types.int32(tmp) >> types.int32(23)))
+    m = types.float64(u32_as_f32(_U32(ia - _U32(tmp & _U32(0xFF800000)))))
     sv = (m - 1.0) / (m + 1.0)
     u = sv * sv
     u2 = u * u
@@ -273,7 +276,7 @@ def pow_narrow(x, y):
     factor = odd if zero else (odd if _is_int(y) else _NAN)
     neg = (f32_as_u32(x) & _U32(0x80000000)) != _U32(0)
     r = m * factor if neg else m
-    ok = (zero or (a >= _F32_MIN_NORMAL and a < _F32_INF)) and abs(y) < _INF
+    ok = (zero | ((a >= _F32_MIN_NORMAL) & (a < _F32_INF))) & (abs(y) < _INF)
     return r, ok
 
 
@@ -349,33 +352,39 @@ def _exp_wide(x, xtail):
 
 
 @_element
-def pow_wide(x, y):
-    """(x**y, ok) for float64 x and y: within 1 ulp (0.52) when ok; ``ok`` is False only for
-    finite results that overflow, underflow or are subnormal (|y ln x| >= 708), which the
-    caller computes on a slow path."""
+def log_wide(x):
+    """log|x| as (hi, lo) for the two-pass float64 kernel (garbage for 0, inf and NaN, which
+    ``pow_wide_finish`` overrides)."""
     a = abs(x)
     ia = f64_as_u64(a)
     # Subnormal a: scale by 2**52 and move the exponent down by 52 (wrapping below zero).
     sub = f64_as_u64(a * 4503599627370496.0) - _U64(52 << 52)
     ia = sub if ia < _U64(1 << 52) else ia
-    lhi, llo = _log_wide(ia)
+    return _log_wide(ia)
+
+
+@_element
+def pow_wide_finish(x, y, lhi, llo):
+    """(x**y, ok) from log|x| = lhi + llo: within 1 ulp (0.52) when ok; ``ok`` is False only
+    for finite results that overflow, underflow or are subnormal (|y ln x| >= 708), which the
+    caller computes on a slow path."""
+    a = abs(x)
     ehi = y * lhi
     elo = y * llo + fma(y, lhi, -ehi)
     finite = abs(ehi) < 708.0
     m = _exp_wide(ehi, elo)
     # Zero, infinite base or infinite exponent: the magnitude is 0 or inf.
     big = (a > 1.0) == (y > 0.0)  # |x|**y grows without bound
-    special = a == 0.0 or a == _INF or abs(y) == _INF
-    edge = _INF if big else 0.0
-    m = edge if special else m
-    ok = finite or special or x != x or y != y or y == 0.0 or x == 1.0
+    special = (a == 0.0) | (a == _INF) | (abs(y) == _INF)
+    m = (_INF if big else 0.0) if special else m
+    ok = finite | special | (x != x) | (y != y) | (y == 0.0) | (x == 1.0)
     return _special_rules(m, x, y), ok
 
 
 @njit(error_model="numpy")
 def pow_wide_needs_libm(x, y):
-    """True for at least every element that ``pow_wide`` flags: a finite non-trivial power
-    with |y ln|x|| >= 707 (pow_wide flags >= 708; libm's log leaves a wide margin)."""
+    """True for at least every element that ``pow_wide_finish`` flags: a finite non-trivial
+    power with |y ln|x|| >= 707 (flagged from 708; libm's log leaves a wide margin)."""
     a = abs(x)
     trivial = a == 0.0 or a == _INF or abs(y) == _INF or x != x or y != y or y == 0.0
     return not trivial and x != 1.0 and abs(y * math.log(a)) >= 707.0
@@ -409,7 +418,7 @@ def rsqrt_wide(x):
     # 0, inf, negative and NaN bases: C99 gives inf for +-0, 0 for +-inf, NaN below zero.
     plain = 1.0 / (np.sqrt(x) + 0.0)
     plain = 0.0 if x == -_INF else plain
-    return r if (x > 0.0 and x < _INF) else plain
+    return r if ((x > 0.0) & (x < _INF)) else plain
 
 
 @_element
@@ -417,6 +426,14 @@ def sqrt_any(x):
     """x**0.5 (correctly rounded by IEEE sqrt); C99: +0 for -0 and +inf for -inf."""
     r = np.sqrt(x) + 0.0
     return _INF if x == -_INF else r
+
+
+@_element
+def sqrt_narrow(x):
+    """x**0.5 for a float32 x in float32 (8 lanes): IEEE sqrt is correctly rounded, and so is
+    its rounding to float16 or bfloat16 (24 >= 2*11 + 2 bits, Figueroa); C99 as sqrt_any."""
+    r = np.sqrt(x) + np.float32(0.0)
+    return _F32_INF if x == -_F32_INF else r
 
 
 @_element
