@@ -188,6 +188,9 @@ def _launch_slp(kernel, dtype: np.dtype, *args):
         with _SLP_LOCK, global_compiler_lock:
             if key not in _SLP_BUILT:
                 sig = tuple(kernel.typeof_pyval(x) for x in args)
+                # numba re-reads NUMBA_* variables at each compilation when they changed since
+                # it last looked, which would reset the flag set below: let it look first.
+                _numba_config.reload_config()
                 saved = _numba_config.SLP_VECTORIZE
                 _numba_config.SLP_VECTORIZE = 1
                 try:

@@ -348,10 +348,12 @@ def test_slp_flag_is_restored(rng):
     ],
     ids=["float32", "int32"],
 )
-def test_direct_kernel_is_vectorized(dtype, needle):
+def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
     """The register block becomes vector code with its 8 accumulators in ymm registers
     (register-to-register FMAs / adds, not read-modify-writes of a stack buffer); checked on
-    an uncached twin of the kernel."""
+    an uncached twin of the kernel.  A NUMBA_* variable changed since import must not undo the
+    SLP flag (numba re-reads its configuration when compiling)."""
+    monkeypatch.setenv("NUMBA_NOO_TEST_CHANGED", "1")
     import numba
 
     twin = numba.njit(parallel=True, fastmath={"contract"})(kernels.matmul_direct.py_func)
