@@ -242,7 +242,9 @@ def _packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):
     kc = -(-kc // 8) * 8
     mg = max(4, (16384 // (kc * itemsize)) // 4 * 4)  # an A group of 16 KiB stays in L1
     nt = 258
-    mt = m
+    # Rows per task: many, so each packed B block serves many rows, but at most 1024, which
+    # bounds the float32 tile of the half types at 1024 x 258 x 4 bytes (1 MiB) per task.
+    mt = min(m, 1024)
     tasks = nbatch * -(-n // nt)
     while tasks * -(-m // mt) < 4 and mt > 64:
         mt = -(-mt // 2)
