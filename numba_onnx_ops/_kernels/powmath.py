@@ -245,9 +245,9 @@ def _exp2_narrow(t):
     t = n/2 + f with n = round(2t), |f| <= 1/4 exact; 2**(n/2) is 2**(n >> 1) built in the
     exponent field, times sqrt(2) for odd n (a two-entry table, as a select).
     """
-    kd = 2.0 * t + _SHIFT
+    kd = fma(t, 2.0, _SHIFT)  # 2t is exact, so one rounding either way; one instruction
     ki = f64_as_u64(kd)  # low bits: n in two's complement
-    f = t - 0.5 * (kd - _SHIFT)
+    f = fma(kd - _SHIFT, -0.5, t)  # exact
     scale = u64_as_f64(((ki >> _U64(1)) + _U64(1023)) << _U64(52))
     scale = scale * _SQRT2 if (ki & _U64(1)) else scale
     f2 = f * f
