@@ -165,6 +165,11 @@ def _operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
         offsets = np.arange(origin, origin + nbatch * strides[0], strides[0])
     else:
         offsets = batch_offsets(origin, bshape, strides[:-2], batch)
+        if not offsets.flags.writeable:  # (a broadcast view for 2-D operands)
+            offsets = offsets.copy()
+    # Every call must present the kernels with the same argument types (writable int64
+    # offsets, read-only buffers): a new type would compile a second specialization, and
+    # outside _launch_slp, without SLP.
     return buf, offsets.astype(np.int64, copy=False), strides[-2], strides[-1]
 
 

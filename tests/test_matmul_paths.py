@@ -333,6 +333,16 @@ def test_fast_path_keeps_every_check(paths, rng):
 # ------------------------------------------------------------------------------------------
 # compilation
 # ------------------------------------------------------------------------------------------
+def test_one_specialization_per_dtype(rng):
+    """2-D, batched, broadcast and strided calls all reach the same compiled direct kernel
+    (a second argument type would be compiled outside the SLP launcher)."""
+    for sa, sb in [((20, 30), (30, 40)), ((3, 20, 30), (3, 30, 40)), ((2, 1, 20, 30), (3, 30, 40))]:
+        noo.matmul(operand(rng, sa, I32, "F"), operand(rng, sb, I32))
+        noo.matmul(operand(rng, sa, I32), operand(rng, sb, I32, "step"))
+    sigs = [s for s in kernels.matmul_direct.signatures if s[0].dtype == np.int32]
+    assert len(sigs) == 1
+
+
 def test_slp_flag_is_restored(rng):
     before = numba_config.SLP_VECTORIZE
     noo.matmul(operand(rng, (3, 4, 9), U64), operand(rng, (3, 9, 30), U64))

@@ -278,12 +278,12 @@ def matmul_direct(
             bo = b_off[bi] + j0 * b_cs
             for k in range(K):
                 bk = bo + k * b_rs
-                for j in range(SW):  # constant bounds: a short, unrolled copy
-                    if j < nw:
-                        bs[k * SW + j] = widen(_at(b, bk + j * b_cs), kind)
-                    else:
-                        bs[k * SW + j] = 0
+                for j in range(nw):
+                    bs[k * SW + j] = widen(_at(b, bk + j * b_cs), kind)
+                for j in range(nw, SW):
+                    bs[k * SW + j] = 0
             ao = a_off[bi]
+            c = out[bi]
             for i0 in range(0, M, RB):
                 for r in range(RB):
                     for j in range(SW):
@@ -294,12 +294,12 @@ def matmul_direct(
                         for j in range(SW):
                             acc[r, j] += aik * bs[k * SW + j]
                 for r in range(min(RB, M - i0)):
-                    if nw == SW:  # whole vectors
+                    if nw == SW:
                         for j in range(SW):
-                            out[bi, i0 + r, j0 + j] = narrow(acc[r, j], kind, out)
+                            c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
                     else:
                         for j in range(nw):
-                            out[bi, i0 + r, j0 + j] = narrow(acc[r, j], kind, out)
+                            c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
 
 
 @kernel(parallel=True, fastmath={"contract"})
