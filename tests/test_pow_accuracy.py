@@ -86,7 +86,7 @@ def _oracle(x, y, dtype) -> tuple[np.ndarray, float]:
         return np.power(xb, yb), F64_POW_REL_ERR
 
 
-def _check(x, y, dtype, what) -> tuple[float, float]:
+def _check(x, y, dtype, what) -> tuple[float, float | None]:
     """Assert <= 1 ulp; return (max ulp distance, share correctly rounded) over finite results."""
     actual = noo.pow(x, y)
     exact, rel_err = _oracle(x, y, dtype)
@@ -104,10 +104,14 @@ def _check(x, y, dtype, what) -> tuple[float, float]:
     return float(np.max(dist[finite], initial=0)), share
 
 
-def _f64_mpmath(x, y, actual, finite) -> tuple[float, float]:
+def _f64_mpmath(x, y, actual, finite) -> tuple[float, float | None]:
     """(max ulp distance, share correctly rounded) over up to N_MPMATH normal float64 results,
-    against mpmath at 128 bits (its float() rounds once, except into subnormals: excluded)."""
-    mpmath = pytest.importorskip("mpmath")
+    against mpmath at 128 bits (its float() rounds once, except into subnormals: excluded).
+    Without mpmath, (nan, None): the 1-ulp assertion has run, the share is not measured."""
+    try:
+        import mpmath
+    except ImportError:
+        return float("nan"), None
     y = np.broadcast_to(y, x.shape)
     normal = finite & (np.abs(actual) >= np.finfo(F64).tiny)
     idx = np.flatnonzero(normal)[:N_MPMATH]
@@ -118,6 +122,9 @@ def _f64_mpmath(x, y, actual, finite) -> tuple[float, float]:
 
 
 def _report(what, n, worst, share, dtype):
+    if share is None:
+        print(f"\n{what}: {n} inputs within 1 ulp (install mpmath for the share correctly rounded)")
+        return
     sample = f" (mpmath sample of {N_MPMATH})" if np.dtype(dtype) == F64 else ""
     print(f"\n{what}: {n} inputs, max {worst:g} ulp, {100 * share:.5f}% correctly rounded{sample}")
     assert share >= MIN_CORRECTLY_ROUNDED[np.dtype(dtype)], f"{what}: only {share:.6%} correct"
@@ -134,8 +141,10 @@ def test_scalar_exponent_classes(klass, dtype, rng):
     for e in exponents:
         x = _bases(dtype, [e], per, rng)
         w, share = _check(x, np.float64(e), dtype, f"{np.dtype(dtype).name} ** {e!r}")
-        total, worst, hits = total + x.size, max(worst, w), hits + share * x.size
-    _report(f"{np.dtype(dtype).name} ** {klass}", total, worst, hits / total, dtype)
+        total, worst = total + x.size, max(worst, w)
+        hits = None if share is None or hits is None else hits + share * x.size
+    share = None if hits is None else hits / total
+    _report(f"{np.dtype(dtype).name} ** {klass}", total, worst, share, dtype)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=["float32", "float64"])
