@@ -186,7 +186,7 @@ def test_every_float32_to_the_3_7():
         actual = noo.pow(x, y)
         with np.errstate(all="ignore"):
             exact = np.power(x.astype(np.float64), y)
-        rounded = exact.astype(F32)  # one rounding of the float64 oracle
+            rounded = exact.astype(F32)  # one rounding of the float64 oracle
         dist = ulp_distance(actual, rounded)
         nan = np.isnan(exact)
         assert np.array_equal(nan, np.isnan(actual)), f"NaN mismatch in chunk {start:#x}"
