@@ -11,6 +11,7 @@ on disk.
 from __future__ import annotations
 
 from . import _parallel
+from ._alloc import release_memory
 from ._versions import MATMUL_TYPES, POW_TYPES, resolve_version
 from ._warmup import compiled_specializations, warmup
 from .matmul import matmul
@@ -25,6 +26,7 @@ __all__ = [
     "pow",
     "warmup",
     "compiled_specializations",
+    "release_memory",
     "resolve_version",
     "MATMUL_TYPES",
     "POW_TYPES",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _alloc
 from ._versions import dtype_names
 
 
@@ -24,7 +25,7 @@ def prepare_out(label: str, out, shape: tuple[int, ...], dtype: np.dtype, inputs
     input, ``target`` is a fresh array that the caller copies into ``out`` afterwards.
     """
     if out is None:
-        result = np.empty(shape, dtype)
+        result = _alloc.empty(shape, dtype)
         return result, result
     if not isinstance(out, np.ndarray):
         raise TypeError(f"{label}: out must be a numpy.ndarray, got {type(out).__name__}")
@@ -36,7 +37,7 @@ def prepare_out(label: str, out, shape: tuple[int, ...], dtype: np.dtype, inputs
         raise ValueError(f"{label}: out is read-only")
     if out.flags.c_contiguous and not any(np.may_share_memory(out, a) for a in inputs):
         return out, out
-    return out, np.empty(shape, dtype)
+    return out, _alloc.empty(shape, dtype)
 
 
 def finish(result: np.ndarray, target: np.ndarray) -> np.ndarray:

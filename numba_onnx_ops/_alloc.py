@@ -1,0 +1,82 @@
+"""Result buffers: large results reuse the memory of earlier results the caller has dropped.
+
+Why: below 32 MiB, glibc's ``malloc`` keeps freed blocks and hands them out again, so a fresh
+``numpy.empty`` costs nothing.  From 32 MiB on (its largest mmap threshold) every allocation is a
+new ``mmap`` whose pages the kernel faults in and zeroes on first write: measured here, 2 ms per
+32 MiB on two cores, as much as a memory-bound Pow spends on its own work.  onnxruntime avoids
+that with its arena; this module does the same for large results only.
+
+How: the pool keeps a reference to each large block it hands out (at most ``_MAX_BLOCKS``).  A
+block whose only references are the pool's is free: the caller has dropped every array that
+viewed it.  A call needing about the same size reuses a free block; free blocks of other sizes
+are released at that point.  So the memory held beyond the caller's live arrays is at most the
+results of recent calls that were dropped since; ``release_memory()`` gives it back at once.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+import numpy as np
+
+POOL_MIN_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit Linux
+_MAX_BLOCKS = 8  # blocks tracked, live or free; older ones are left to their owners
+_SLACK = 1.25  # a free block serves a request this much smaller, not less
+_ALIGN = 64  # a cache line, and a full AVX-512 vector
+
+_lock = threading.Lock()
+_blocks: list[np.ndarray] = []
+
+
+def _free_flags(blocks: list[np.ndarray], free_refs: int) -> list[bool]:
+    """For each block, whether only the pool references it."""
+    return [sys.getrefcount(b) <= free_refs for b in blocks]
+
+
+def _calibrate() -> int:
+    """References a block has when only the pool's list holds it, counted exactly as
+    ``_free_flags`` counts (the figure differs across Python versions)."""
+    probe = [np.empty(1, np.uint8)]
+    low = 1
+    while not _free_flags(probe, low)[0]:
+        low += 1
+    return low
+
+
+_FREE_REFS = _calibrate()
+
+
+def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized C-contiguous array, from the pool when it is large."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < POOL_MIN_BYTES:
+        return np.empty(shape, dtype)
+    with _lock:
+        block = None
+        keep = []
+        for b, free in zip(_blocks, _free_flags(_blocks, _FREE_REFS)):
+            if not free:
+                keep.append(b)
+            elif block is None and nbytes <= b.size - _ALIGN <= nbytes * _SLACK:
+                block = b
+                keep.append(b)
+            # other free blocks are dropped here: their memory goes back to the system
+        if block is None:
+            block = np.empty(nbytes + _ALIGN, np.uint8)
+            keep.append(block)
+        _blocks[:] = keep[-_MAX_BLOCKS:]
+        offset = -block.ctypes.data % _ALIGN
+        return block[offset : offset + nbytes].view(dtype).reshape(shape)
+
+
+def release_memory() -> None:
+    """Give the memory of dropped large results back to the system now.
+
+    Results of 32 MiB or more are carved from blocks that are kept after the caller drops the
+    result, so that the next call of about that size does not pay for fresh pages.  Arrays
+    still alive are not affected.
+    """
+    with _lock:
+        _blocks[:] = [b for b, free in zip(_blocks, _free_flags(_blocks, _FREE_REFS)) if not free]
