@@ -4,6 +4,8 @@ Dispatch, after every check (measured on 2 Zen 3 cores, see ``_kernels/matmul.py
 
 - float32/float64 products that numpy's BLAS does well (2-D, and batches of large matrices)
   go to ``numpy.matmul`` on the validated arrays; the plain 2-D call takes a short path.
+- large float16/bfloat16 products (where float32 would go to BLAS): numpy's sgemm on bounded
+  float32 panels that a parallel kernel widens, rounded once into the result.
 - matrix-vector and vector-matrix shapes: bandwidth-bound kernels that read the matrix once.
 - batches of small matrices with row-contiguous B: ``matmul_small``, no per-matrix overhead.
 - everything else (integers, float16/bfloat16, small or strided or broadcast batches):
@@ -111,6 +113,8 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
             target[...] = 0
         elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, batch, m, n, k):
             _np_matmul(a, b, out=target)
+        elif a.dtype.itemsize == 2 and _half_blas_wins(m, n, k):
+            _run_half_blas(a2, b2, batch, m, n, k, target)
         else:
             _run(a2, b2, batch, m, n, k, target)
     return finish(result, target)
@@ -141,6 +145,78 @@ def _blas_wins_2d(m: int, n: int, k: int) -> bool:
     """``_blas_wins`` for a 2-D float32 product."""
     mnk = m * n * k
     return mnk <= _BLAS_TINY or mnk > _BLAS_LARGE or m == 1 or n == 1
+
+
+def _half_blas_wins(m: int, n: int, k: int) -> bool:
+    """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels: where
+    float32 itself goes to BLAS as a large product (vectors and small products stay on the
+    own kernels, which widen halves in registers)."""
+    return m > 1 and n > 1 and m * n * k > _BLAS_LARGE
+
+
+# float32 panels of half operands for sgemm: at most this many elements each (4 MiB), so the
+# extra memory is bounded whatever the operands' size; a 1024x1024 operand fits in one panel.
+_PANEL = 1 << 20
+_PANEL_MIN = 256  # rows or columns of a tile at the least, however long K is
+_PANEL_KMAX = 8192  # K is walked in blocks beyond this, partial sums added in float32
+
+
+def _run_half_blas(a2, b2, batch, m, n, k, target) -> None:
+    """float16/bfloat16 product as float32 sgemm over bounded panels, rounded once.
+
+    Per tile of C (mb x nb, all of K): widen a panel of A and of B to float32 (in parallel,
+    F16C for float16), sgemm them with numpy's BLAS, accumulating in float32, and narrow the
+    tile into the result with one rounding -- semantics.md's "accumulate in float32, round
+    once", at BLAS speed.  A B panel serves every row tile; an A panel is widened once per
+    column tile (once in all when one tile spans the columns).
+    """
+    kind = kernel_view(a2)[1]
+    kc = min(k, _PANEL_KMAX)
+    nb = min(n, max(_PANEL_MIN, _PANEL // kc))
+    mb = min(m, max(_PANEL_MIN, _PANEL // kc))
+    scratch = np.empty(mb * kc + kc * nb + 2 * mb * nb, _F32)
+    out = kernel_view(target)[0].reshape(-1)
+    a3 = np.broadcast_to(a2, batch + a2.shape[-2:])
+    b3 = np.broadcast_to(b2, batch + b2.shape[-2:])
+    for bi, index in enumerate(np.ndindex(*batch)):
+        abuf, aorg, (ars, acs) = flat_buffer(kernel_view(a3[index])[0])
+        bbuf, borg, (brs, bcs) = flat_buffer(kernel_view(b3[index])[0])
+        for j0 in range(0, n, nb):
+            nj = min(nb, n - j0)
+            for i0 in range(0, m, mb):
+                mi = min(mb, m - i0)
+                for k0 in range(0, k, kc):
+                    kk = min(kc, k - k0)
+                    af, bf, cf, part = _panels(scratch, (mb, kc, nb), mi, kk, nj)
+                    if i0 == 0 or kc < k:  # else this column tile's B panel is still there
+                        bo = borg + k0 * brs + j0 * bcs
+                        launch(_k.widen_panel, bbuf, bo, brs, bcs, kind, bf)
+                    if j0 == 0 or mb < m or kc < k:  # else A, whole in one panel, is there
+                        ao = aorg + i0 * ars + k0 * acs
+                        launch(_k.widen_panel, abuf, ao, ars, acs, kind, af)
+                    with np.errstate(all="ignore"):  # IEEE results, as the own kernels
+                        if k0 == 0:
+                            _np_matmul(af, bf, out=cf)
+                        else:
+                            _np_matmul(af, bf, out=part)
+                            cf += part
+                launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
+
+
+def _panels(scratch: np.ndarray, tile: tuple[int, int, int], mi: int, kk: int, nj: int):
+    """C-contiguous views of ``scratch`` of exactly this tile's shapes: A panel (mi, kk),
+    B panel (kk, nj), C tile and partial sums (mi, nj).  Offsets come from the largest tile
+    ``(mb, kc, nb)``, so a panel kept for the next tile stays where it was."""
+    mb, kc, nb = tile
+    ob = mb * kc
+    oc = ob + kc * nb
+    op = oc + mb * nb
+    return (
+        scratch[: mi * kk].reshape(mi, kk),
+        scratch[ob : ob + kk * nj].reshape(kk, nj),
+        scratch[oc : oc + mi * nj].reshape(mi, nj),
+        scratch[op : op + mi * nj].reshape(mi, nj),
+    )
 
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:

@@ -1,7 +1,8 @@
 """Every MatMul dispatch path, exercised on purpose and checked against exact or float64 oracles.
 
 The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_direct``,
-``matmul_small``, ``matmul_packed``, ``matmul_rows_dot`` and ``matmul_cols_axpy``.  Each case
+``matmul_small``, ``matmul_packed``, ``matmul_rows_dot``, ``matmul_cols_axpy``, and for large
+half-type products sgemm on float32 panels (``widen_panel``, BLAS, ``narrow_panel``).  Each case
 below names the path it must take (a spy on the launches records it), so a change of the
 dispatch rules cannot silently leave a kernel untested.  Sizes sit on and around the kernels'
 block sizes (micro-tiles 4x3, k padding 8, row blocks 4, column strips of one and two
@@ -37,6 +38,8 @@ _NAMES = {
     "matmul_packed": "packed",
     "matmul_rows_dot": "rows_dot",
     "matmul_cols_axpy": "cols_axpy",
+    "widen_panel": "widen",
+    "narrow_panel": "narrow",
 }
 
 
@@ -260,6 +263,53 @@ def test_packed_every_type(paths, rng, monkeypatch, dtype):
     b = operand(rng, (2, 29, 14), dtype, "neg")
     check(a, b)
     assert paths == ["packed"]
+
+
+# large float16/bfloat16 products: sgemm over float32 panels
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
+def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
+    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    a = operand(rng, (70, 65), dtype, layout)
+    b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
+    check(a, b)
+    assert paths == ["widen", "widen", "blas", "narrow"]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_half_panel_tiles_and_k_blocks(paths, rng, monkeypatch, dtype):
+    # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
+    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    monkeypatch.setattr(front, "_PANEL", 600)
+    monkeypatch.setattr(front, "_PANEL_MIN", 16)
+    monkeypatch.setattr(front, "_PANEL_KMAX", 40)
+    a = operand(rng, (2, 1, 37, 90), dtype)
+    b = operand(rng, (3, 90, 29), dtype, "neg")
+    check(a, b)
+    assert set(paths) == {"widen", "blas", "narrow"}
+    assert paths.count("narrow") == 2 * 3 * 3 * 2  # batch entries x row tiles x column tiles
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_half_panels_default_sizes(paths, rng, dtype):
+    a = operand(rng, (700, 300), dtype)
+    b = operand(rng, (300, 1300), dtype)
+    check(a, b)
+    assert paths == ["widen", "widen", "blas", "narrow"]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_half_panels_keep_specials(rng, monkeypatch, dtype):
+    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    # small integers: every float32 sum is exact, so the one rounding is all there is
+    a = rng.integers(-2, 3, (20, 70)).astype(dtype)
+    b = rng.integers(-2, 3, (70, 30)).astype(dtype)
+    a[0, 0], a[1, 1], b[2, 2] = np.inf, np.nan, -np.inf
+    a[:, 3], b[3, :] = 2, 60000  # float16: sums past its range, finite in float32
+    got = noo.matmul(a, b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype)
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
 
 
 # matrix-vector and vector-matrix

@@ -16,6 +16,7 @@ narrowed once, when it is stored.
 - ``matmul_packed``: long K and large half-type products: packed panels (halves widened once)
   and a register-blocked dot-product micro-kernel, K walked in blocks.
 - ``matmul_rows_dot`` / ``matmul_cols_axpy``: matrix-vector shapes, bandwidth-bound.
+- ``widen_panel`` / ``narrow_panel``: float32 panels of large half-type products, for sgemm.
 
 Measured per core on Zen 3 (float32): direct 77 GFLOP/s at 1024^3, 51 at (128,64)@(64,128);
 packed 63 at 1024^3 and 65 for float16, where direct, widening A at every use, made 38.
@@ -389,3 +390,37 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
                 acc[j] += xk * widen(_at(b, brow + j * b_cs), kind)
         for j in range(nj):
             out[bi, j0 + j] = narrow(acc[j], kind, out)
+
+
+# --- float16/bfloat16 products through float32 panels (the front layer runs sgemm on them) ---
+
+
+@kernel(parallel=True)
+def widen_panel(src, origin, rs, cs, kind, dst):
+    """dst[i, j] = float32 of the half element at ``src[origin + i * rs + j * cs]``.
+
+    ``dst`` is a bounded float32 panel of a half operand; the unit-stride case is a separate
+    loop so that it vectorizes (F16C's vcvtph2ps, or a shift for bfloat16).
+    """
+    m, n = dst.shape
+    for i in prange(m):
+        base = origin + i * rs
+        row = dst[i]
+        if cs == 1:
+            for j in range(n):
+                row[j] = widen(src[base + j], kind)
+        else:
+            for j in range(n):
+                row[j] = widen(src[base + j * cs], kind)
+
+
+@kernel(parallel=True)
+def narrow_panel(src, kind, dst, origin, rs):
+    """dst[origin + i * rs + j] = half bits of ``src[i, j]``, rounded to nearest even: the one
+    rounding of a float32 sum (``dst`` is the C-contiguous result's flat buffer)."""
+    m, n = src.shape
+    for i in prange(m):
+        base = origin + i * rs
+        row = src[i]
+        for j in range(n):
+            dst[base + j] = narrow(row[j], kind, dst)
