@@ -1,19 +1,22 @@
 """MatMul front layer: version and dtype checks, numpy.matmul's shape rules, dispatch.
 
-Dispatch, after every check (measured on 2 Zen 3 cores, see ``_kernels/matmul.py``):
+Dispatch, after every check (measured on 2 Zen 3 cores; figures beside ``_blas_wins`` and
+``_half_blas_wins``):
 
-- float32/float64 products that numpy's BLAS does well (2-D, and batches of large matrices)
-  go to ``numpy.matmul`` on the validated arrays; the plain 2-D call takes a short path.
-- large float16/bfloat16 products (where float32 would go to BLAS): numpy's sgemm on bounded
-  float32 panels that a parallel kernel widens, rounded once into the result.
-- matrix-vector and vector-matrix shapes: bandwidth-bound kernels that read the matrix once.
-- batches of small matrices with row-contiguous B: ``matmul_small``, no per-matrix overhead.
-- everything else (integers, float16/bfloat16, small or strided or broadcast batches):
-  ``matmul_packed``.
+- float32/float64 products whose layout numpy's BLAS takes, except long batches of small
+  matrices: ``numpy.matmul`` (OpenBLAS) on the validated arrays; plain 2-D and matrix-vector
+  calls take a short path.
+- float16/bfloat16 products of at least 192^3 multiply-adds per matrix: numpy's sgemm on
+  bounded float32 panels that a parallel kernel widens, rounded once into the result.
+- everything else (integers, smaller half products, long batches of small float matrices,
+  layouts BLAS cannot take) runs on the own kernels: ``matmul_rows_dot``/``matmul_cols_axpy``
+  for matrix-vector shapes, ``matmul_small`` for tiny matrices with row-contiguous B,
+  ``matmul_direct`` for most others, ``matmul_packed`` for long K and mid-size half products.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numba
@@ -70,14 +73,18 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
         # ``is``: numpy's builtin dtypes are singletons, and a dtype that is not one (say, with
         # metadata) just takes the general path; ``==`` on dtypes costs 0.1 us a test.
         dt = A.dtype
-        if (dt is _F32 or dt is _F64) and B.dtype is dt:
+        if (dt is _F32 or dt is _F64) and B.dtype is dt and A.ndim + B.ndim <= 4:
             if A.ndim == 2 and B.ndim == 2:
-                m, k = A.shape
-                k2, n = B.shape
-                if k == k2 and (dt is _F64 or _blas_wins_2d(m, n, k)):
+                if (
+                    A.shape[1] == B.shape[0]
+                    and (A.flags.c_contiguous or _blasable(A))  # the flag: 0.1 us, not 0.5
+                    and (B.flags.c_contiguous or _blasable(B))
+                ):
                     return _np_matmul(A, B)
             elif A.ndim + B.ndim == 3 and A.shape[-1] == B.shape[0]:
-                return _np_matmul(A, B)  # matrix-vector or vector-matrix: gemv
+                mat, vec = (A, B) if A.ndim == 2 else (B, A)
+                if vec.strides[0] == vec.itemsize and _blasable(mat):
+                    return _np_matmul(A, B)  # matrix-vector or vector-matrix: gemv
     version = resolve_version("MatMul", opset)
     label = f"MatMul-{version}"
     a = as_input(A, label)
@@ -101,7 +108,9 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
             f"{label}: inner dimensions differ ({k} and {k2}) for shapes {a.shape} and {b.shape}"
         )
     try:
-        batch = broadcast_shape(label, a2.shape[:-2], b2.shape[:-2])
+        batch = a2.shape[:-2]
+        if batch != b2.shape[:-2]:
+            batch = broadcast_shape(label, batch, b2.shape[:-2])
     except ValueError:
         raise ValueError(
             f"{label}: batch dimensions of shapes {a.shape} and {b.shape} do not broadcast"
@@ -111,7 +120,7 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
     if target.size:
         if k == 0:
             target[...] = 0
-        elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, batch, m, n, k):
+        elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
             _np_matmul(a, b, out=target)
         elif a.dtype.itemsize == 2 and _half_blas_wins(m, n, k):
             _run_half_blas(a2, b2, batch, m, n, k, target)
@@ -120,39 +129,54 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
     return finish(result, target)
 
 
-# Where numpy's BLAS (OpenBLAS here) beats the own kernels on float products, per matrix:
-# tiny products, where its call (about 1 us) undercuts a parallel launch (about 10 us), and
-# large ones, where sgemm/dgemm run faster per core than matmul_direct (OpenBLAS 94 vs 80
-# GFLOP/s per core, float32 1024^3).  In between, OpenBLAS's two threads do not pay off
-# (float32 256^3: 0.5 ms, 67 GFLOP/s), while matmul_direct splits the columns of all the
-# batch's matrices across the threads at once.  float64: the own kernel is slower per core
-# (40 vs 47 GFLOP/s), so BLAS from 2-D products up.
-_BLAS_TINY = 48**3
-_BLAS_LARGE = 640**3
-_BLAS_F64 = 128**3
+# Where numpy's BLAS (OpenBLAS) beats the own kernels on float32/float64, measured idle on
+# 2 Zen 3 cores the way the peer comparison times (interleaved, settled samples of 5 ms; the
+# ratio is numpy's time / the own kernel's): every 2-D product (0.08 at 32^3, 0.5 at 256^3,
+# 0.47 at 512^3: a numba parallel launch costs tens of microseconds and sgemm is faster per
+# core) and batches of up to hundreds of matrices (64 x 8^3: 0.37, 64 x 64^3: 0.9, 64 x
+# 128x64x128: 0.56, 64 x 256^3 broadcast: 0.7).  The own kernels win on long batches of small
+# matrices, where numpy pays about 0.24 us per matrix: float32 1024 x 8^3 1.9, 1024 x 16^3
+# 1.4, 1024 x 32^3 1.9, 1024 x 48^3 1.5 (512 x 24^3 even); float64 only from 4096 x 16^3
+# (1.3; 1024 x 32^3 0.9).
+_OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
+_OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 
 
-def _blas_wins(dtype: np.dtype, batch: tuple, m: int, n: int, k: int) -> bool:
-    """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product."""
-    if dtype == _F64:
-        return not batch or m * n * k > _BLAS_F64
-    if not batch:
-        return _blas_wins_2d(m, n, k)
-    return m * n * k > _BLAS_LARGE
+def _blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:
+    """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product of
+    2-D-promoted operands (``nbatch`` matrices; 1 without batch dimensions)."""
+    if not (_blasable(a2) and _blasable(b2)):
+        return False
+    return nbatch < _OWN_MIN_BATCH[dtype] or m * n * k > _OWN_MAX_MNK[dtype]
 
 
-def _blas_wins_2d(m: int, n: int, k: int) -> bool:
-    """``_blas_wins`` for a 2-D float32 product."""
-    mnk = m * n * k
-    return mnk <= _BLAS_TINY or mnk > _BLAS_LARGE or m == 1 or n == 1
+def _blasable(x: np.ndarray) -> bool:
+    """Whether numpy.matmul hands these matrices to BLAS rather than to its plain loop: one
+    axis of unit stride, the other a whole number of elements at least as long as the first
+    axis (numpy's ``is_blasable2d``, either way round); a vector needs a positive stride."""
+    item = x.itemsize
+    r, c = x.shape[-2:]
+    s0, s1 = x.strides[-2:]
+    if r == 1 or c == 1:
+        s = s1 if r == 1 else s0
+        return c == r == 1 or (s > 0 and s % item == 0)
+    if s1 == item:
+        return s0 % item == 0 and s0 >= c * item
+    return s0 == item and s1 % item == 0 and s1 >= r * item
 
 
 def _half_blas_wins(m: int, n: int, k: int) -> bool:
-    """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels: where
-    float32 itself goes to BLAS as a large product (vectors and small products stay on the
-    own kernels, which widen halves in registers)."""
-    return m > 1 and n > 1 and m * n * k > _BLAS_LARGE
+    """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels.
 
+    Measured idle as for ``_blas_wins`` (panel time / own kernel time): 2-D 128^3 0.95 and
+    1.35, 256^3 0.58 and 0.67, 512^3 0.53 and 0.54 (float16 and bfloat16); a batch of 16
+    128^3 products 1.3 and 2.0, where the per-matrix panel steps cost more than they save.
+    Vectors stay on the own kernels, which widen halves in registers.
+    """
+    return m > 1 and n > 1 and m * n * k >= _HALF_BLAS_MIN
+
+
+_HALF_BLAS_MIN = 192**3
 
 # float32 panels of half operands for sgemm: at most this many elements each (4 MiB), so the
 # extra memory is bounded whatever the operands' size; a 1024x1024 operand fits in one panel.
@@ -249,7 +273,9 @@ def _operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
     else:
         buf, origin, strides = flat_buffer(x)
     bshape = x.shape[:-2]
-    if bshape == batch and len(batch) == 1 and strides[0] != 0:
+    if not batch:
+        offsets = np.array([origin], np.int64)
+    elif bshape == batch and len(batch) == 1 and strides[0] != 0:
         offsets = np.arange(origin, origin + nbatch * strides[0], strides[0])
     else:
         offsets = batch_offsets(origin, bshape, strides[:-2], batch)

@@ -68,6 +68,14 @@ def paths(monkeypatch):
     return seen
 
 
+@pytest.fixture
+def own_floats(monkeypatch):
+    """float32/float64 products of any batch go to the own kernels (where the layout lets
+    BLAS take them, the dispatch otherwise prefers numpy's BLAS up to long batches)."""
+    monkeypatch.setattr(front, "_OWN_MIN_BATCH", {F32: 0, F64: 0})
+    monkeypatch.setattr(front, "_OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
+
+
 # ------------------------------------------------------------------------------------------
 # oracles
 # ------------------------------------------------------------------------------------------
@@ -174,7 +182,7 @@ def test_direct_layouts(paths, rng, layout_a, layout_b):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_direct_float_batches(paths, rng, dtype):
+def test_direct_float_batches(paths, rng, own_floats, dtype):
     check(operand(rng, (5, 21, 19), dtype), operand(rng, (5, 19, 35), dtype))
     assert paths == ["direct"]
 
@@ -204,7 +212,7 @@ def test_direct_zero_stride_batch(paths, rng):
     "dtype, n", [(F32, 8), (F32, 9), (F32, 15), (I32, 12), (U32, 8), (F64, 4), (I64, 7), (U64, 5)]
 )
 @pytest.mark.parametrize("m", [2, 3, 4, 8, 9])
-def test_small_batches(paths, rng, dtype, n, m):
+def test_small_batches(paths, rng, own_floats, dtype, n, m):
     check(operand(rng, (6, m, 7), dtype), operand(rng, (6, 7, n), dtype))
     assert paths == ["small"]
 
@@ -269,7 +277,7 @@ def test_packed_every_type(paths, rng, monkeypatch, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
 def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
-    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
     check(a, b)
@@ -279,7 +287,7 @@ def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panel_tiles_and_k_blocks(paths, rng, monkeypatch, dtype):
     # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
-    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
     monkeypatch.setattr(front, "_PANEL", 600)
     monkeypatch.setattr(front, "_PANEL_MIN", 16)
     monkeypatch.setattr(front, "_PANEL_KMAX", 40)
@@ -300,7 +308,7 @@ def test_half_panels_default_sizes(paths, rng, dtype):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panels_keep_specials(rng, monkeypatch, dtype):
-    monkeypatch.setattr(front, "_BLAS_LARGE", 1000)
+    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
     # small integers: every float32 sum is exact, so the one rounding is all there is
     a = rng.integers(-2, 3, (20, 70)).astype(dtype)
     b = rng.integers(-2, 3, (70, 30)).astype(dtype)
@@ -315,7 +323,7 @@ def test_half_panels_keep_specials(rng, monkeypatch, dtype):
 # matrix-vector and vector-matrix
 @pytest.mark.parametrize("dtype", INTS + HALVES + (F32,), ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg"])
-def test_rows_dot(paths, rng, dtype, layout):
+def test_rows_dot(paths, rng, own_floats, dtype, layout):
     a = operand(rng, (3, 37, 300), dtype, layout)
     x = operand(rng, (300,), dtype)
     got = check(a, x)
@@ -325,7 +333,7 @@ def test_rows_dot(paths, rng, dtype, layout):
 
 @pytest.mark.parametrize("dtype", INTS + HALVES + (F32,), ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "step"])
-def test_cols_axpy(paths, rng, dtype, layout):
+def test_cols_axpy(paths, rng, own_floats, dtype, layout):
     x = operand(rng, (2, 1, 150), dtype)
     b = operand(rng, (2, 150, 1100), dtype, layout)  # more than one task of columns
     got = check(x, b)
@@ -353,11 +361,32 @@ def test_blas_two_dimensional(paths, rng, dtype, shapes):
     assert paths == ["blas", "blas"]
 
 
-@pytest.mark.parametrize("shapes", [((70, 80), (80, 90)), ((3, 21, 19), (19, 35))])
-def test_mid_size_float32_is_own(paths, rng, shapes):
-    a, b = operand(rng, shapes[0], F32), operand(rng, shapes[1], F32)
+@pytest.mark.parametrize(
+    "dtype, a_shape, b_shape, path",
+    [
+        (F32, (70, 80), (80, 90), "blas"),
+        (F32, (3, 21, 19), (19, 35), "blas"),
+        (F32, (2, 1, 30, 40), (3, 40, 50), "blas"),
+        (F32, (1024, 8, 8), (1024, 8, 8), "small"),  # long batches of small matrices: own
+        (F32, (1024, 40, 30), (30, 20), "direct"),
+        (F32, (1024, 60, 60), (60, 60), "blas"),  # past the own kernels' size
+        (F64, (1024, 16, 16), (1024, 16, 16), "blas"),
+        (F64, (4096, 4, 16), (4096, 16, 4), "small"),
+    ],
+    ids=str,
+)
+def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
+    check(operand(rng, a_shape, dtype), operand(rng, b_shape, dtype))
+    assert paths == [path]
+
+
+@pytest.mark.parametrize("layout", ["neg", "step"])
+def test_layouts_blas_cannot_take_are_own(paths, rng, layout):
+    # numpy.matmul would fall back to its plain loop on these: the own kernel takes them
+    a, b = operand(rng, (70, 80), F32, layout), operand(rng, (80, 90), F32)
     check(a, b)
-    assert paths == ["direct"]
+    check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran: BLAS takes it
+    assert paths == ["direct", "blas"]
 
 
 def test_float64_two_dimensional_is_blas(paths, rng):
