@@ -182,7 +182,7 @@ _HALF_BLAS_MIN = 192**3
 # extra memory is bounded whatever the operands' size; a 1024x1024 operand fits in one panel.
 _PANEL = 1 << 20
 _PANEL_MIN = 256  # rows or columns of a tile at the least, however long K is
-_PANEL_KMAX = 8192  # K is walked in blocks beyond this, partial sums added in float32
+_PANEL_KMAX = _PANEL // _PANEL_MIN  # K is walked in blocks beyond this, partial sums added
 
 
 def _run_half_blas(a2, b2, batch, m, n, k, target) -> None:
