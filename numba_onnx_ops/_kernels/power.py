@@ -27,8 +27,9 @@ from .powmath import (
     cube_wide,
     ipow_narrow,
     log_wide,
-    pow_narrow,
+    pow_narrow_abs,
     pow_narrow_needs_libm,
+    pow_narrow_sign,
     pow_wide_finish,
     pow_wide_needs_libm,
     rsqrt_narrow,
@@ -61,6 +62,10 @@ def _fix_flagged(op, xv, xkind, yv, ykind, ov):  # pragma: no cover - overloaded
 
 
 def _scan_flagged(op, xv, xkind, yv, ykind):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+def _fix_signs(op, xv, xkind, yv, ykind, ov):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
@@ -216,8 +221,8 @@ def _narrow_element(op):
         return lambda op, x, y, ykind, imin: (rsqrt_narrow(types.float64(x)), True)
     if op == IPOW:
         return lambda op, x, y, ykind, imin: (ipow_narrow(types.float64(x), y), True)
-    # The flag is dropped here: ``_scan_flagged`` finds those elements more cheaply.
-    return lambda op, x, y, ykind, imin: (pow_narrow(x, exponent_as_f64(y, ykind))[0], True)
+    # |x|**y only: ``_fix_signs`` and ``_scan_flagged`` find the other elements more cheaply.
+    return lambda op, x, y, ykind, imin: (pow_narrow_abs(x, exponent_as_f64(y, ykind)), True)
 
 
 def _wide_element(op):
@@ -237,7 +242,7 @@ def _wide_element(op):
 
 @overload(_scan_flagged)
 def _scan_flagged_impl(op, xv, xkind, yv, ykind):
-    """Whether a float32/half GENERAL chunk has an element ``pow_narrow`` flags.
+    """Whether a float32/half GENERAL chunk has an element ``pow_narrow_abs`` leaves to libm.
 
     A separate scan over the chunk (still in L2) costs a few 8-lane compares per 8 elements;
     the flag inside the main loop cost ~15% of it.  Other classes flag inside their loop (the
@@ -253,6 +258,31 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
         for j in range(xv.size):
             found |= pow_narrow_needs_libm(widen(xv[j], xkind), exponent_as_f64(_at(yv, j), ykind))
         return found
+
+    return impl
+
+
+@overload(_fix_signs)
+def _fix_signs_impl(op, xv, xkind, yv, ykind, ov):
+    """Second pass over a float32 GENERAL chunk whose bases are not all positive: zero
+    bases and signs (``pow_narrow_sign``) applied to the stored ``|x|**y``, exactly (a factor
+    of +-1 or NaN, or a constant).  A scan of the chunk (in L2) decides; other classes: no-op.
+    """
+    if not isinstance(op, types.IntegerLiteral):
+        return None
+    if op.literal_value != GENERAL or xv.dtype != types.float32:  # halves: inline
+        return lambda op, xv, xkind, yv, ykind, ov: None
+
+    def impl(op, xv, xkind, yv, ykind, ov):
+        positive = True
+        for j in range(xv.size):
+            positive &= widen(xv[j], xkind) > np.float32(0.0)  # NaN too goes on
+        if positive:
+            return
+        for j in range(ov.size):
+            m = types.float64(widen(ov[j], xkind))
+            xw = types.float64(widen(xv[j], xkind))
+            ov[j] = narrow(pow_narrow_sign(xw, exponent_as_f64(_at(yv, j), ykind), m), xkind, ov)
 
     return impl
 
@@ -318,7 +348,9 @@ def _task(op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out
     xv = _chunk(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], n)
     yv = _chunk(y, yo + j0 * y_str[ndim - 1], y_str[ndim - 1], n)
     ov = out[row * inner + j0 : row * inner + j0 + n]
-    if _apply(op, xv, xkind, yv, ykind, ov, imin) or _scan_flagged(op, xv, xkind, yv, ykind):
+    bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
+    _fix_signs(op, xv, xkind, yv, ykind, ov)
+    if bad or _scan_flagged(op, xv, xkind, yv, ykind):
         _fix_flagged(op, xv, xkind, yv, ykind, ov)
 
 
@@ -334,6 +366,8 @@ def _apply_impl(op, xv, xkind, yv, ykind, ov, imin):
         return None
     if op.literal_value == GENERAL and xv.dtype == types.float64:
         return _apply_wide_general
+    if op.literal_value == GENERAL and xv.dtype == types.uint16:
+        return _apply_half_general
     return _apply_elementwise
 
 
@@ -344,6 +378,17 @@ def _apply_elementwise(op, xv, xkind, yv, ykind, ov, imin):
         ov[j] = narrow(value, xkind, ov)
         bad |= not ok
     return bad
+
+
+def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
+    # Half bases take the sign rules inline (``_fix_signs`` skips them): with the result
+    # narrowed to a half type, LLVM vectorizes this loop better than the bare |x|**y one
+    # (measured 3.6 vs 5.7 ns/element per core; float32 is the other way round, 2.9 vs 3.3).
+    for j in range(ov.size):
+        xw = widen(xv[j], xkind)
+        yw = exponent_as_f64(_at(yv, j), ykind)
+        ov[j] = narrow(pow_narrow_sign(types.float64(xw), yw, pow_narrow_abs(xw, yw)), xkind, ov)
+    return False
 
 
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):

@@ -257,32 +257,40 @@ def _exp2_narrow(t):
 
 
 @_element
-def pow_narrow(x, y):
-    """(x**y, ok) for a float32 x (float32, float16 or bfloat16 values) and a float64 y.
+def pow_narrow_abs(x, y):
+    """|x|**y for a normal float32 x (float32, float16 or bfloat16 values) and a finite
+    float64 y: the float64 result rounds to the narrow type within 1 ulp (nearly always
+    correctly).  Zero, subnormal, infinite or NaN x and infinite or NaN y give garbage (never a
+    trap): ``pow_narrow_sign`` fixes zero bases and signs, the caller's slow path the rest.
 
-    When ok, the float64 result rounds to the narrow type within 1 ulp (nearly always
-    correctly).  ok is False for an infinite or NaN x or y and for a subnormal float32 x: the
-    caller's slow path (libm) gives those their C99 values.  Zero and negative bases stay here.
+    The kernel's main loop runs only this, so that LLVM's loop over it is pure arithmetic:
+    the sign and zero rules cost a sixth of the time here (measured 3.3 vs 2.7 ns/element per
+    core) and most data with fractional exponents is positive.
     """
-    a = abs(x)
-    t = y * _log2_narrow(a)
+    t = y * _log2_narrow(abs(x))
     # |t| >= 200 is 0 or inf in every narrow type; clamping keeps 2**t finite and normal.
-    m = _exp2_narrow(min(max(t, -_F32_T_MAX), _F32_T_MAX))
-    zero = a == np.float32(0.0)
+    return _exp2_narrow(min(max(t, -_F32_T_MAX), _F32_T_MAX))
+
+
+@_element
+def pow_narrow_sign(x, y, m):
+    """x**y from ``m = |x|**y`` (as computed by ``pow_narrow_abs``, rounded or not) for a
+    finite x and a finite y: C99's values for zero bases and the signs of negative ones.
+
+    -1 for an odd integer y, NaN for a non-integer y (except at -0.0, where C99 keeps +-0 or
+    +-inf).  With a scalar y, the tests on y are loop invariants.
+    """
+    zero = x == 0.0
     m = (_INF if y < 0.0 else (0.0 if y > 0.0 else 1.0)) if zero else m
-    # Sign: -1 for an odd integer y, NaN for a non-integer y (except at -0.0, where C99 keeps
-    # +-0 or +-inf).  With a scalar y, both factors are loop invariants.
     odd = -1.0 if _is_odd(y) else 1.0
     factor = odd if zero else (odd if _is_int(y) else _NAN)
-    neg = (f32_as_u32(x) & _U32(0x80000000)) != _U32(0)
-    r = m * factor if neg else m
-    ok = (zero | ((a >= _F32_MIN_NORMAL) & (a < _F32_INF))) & (abs(y) < _INF)
-    return r, ok
+    neg = (f64_as_u64(x) & _SIGN) != _U64(0)
+    return m * factor if neg else m
 
 
 @_jit
 def pow_narrow_needs_libm(x, y):
-    """The elements ``pow_narrow`` flags: x or y infinite or NaN, or x subnormal."""
+    """The elements ``pow_narrow_abs`` leaves to libm: x or y infinite or NaN, x subnormal."""
     a = abs(x)
     return not ((a == 0.0 or (a >= _F32_MIN_NORMAL and a < _F32_INF)) and abs(y) < _INF)
 
