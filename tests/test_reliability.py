@@ -6,9 +6,11 @@ import concurrent.futures
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -174,6 +176,35 @@ def test_unwritable_cache_still_works():
     print(np.array_equal(nox.matmul(a, a.T), a @ a.T), np.array_equal(nox.pow(a, 2.0), a * a))
     """
     assert _run_python(code).split() == ["True", "True"]
+
+
+def test_cache_follows_every_kernel_source(tmp_path):
+    """A cached kernel is reused while no kernel source changed, and recompiled when one did
+    (numba itself only checks the file that defines the kernel, not inlined helpers')."""
+    package = Path(nox.__file__).parent
+    copy = tmp_path / "src" / "numba_onnx_ops"
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    code = f"""
+    import sys
+    sys.path.insert(0, {str(copy.parent)!r})  # ahead of the working directory
+    import numpy as np, numba_onnx_ops as nox
+    from numba_onnx_ops._kernels import power
+    nox.pow(np.arange(5.0, dtype=np.float32), np.float32(1.5))
+    stats = power.pow_general.stats
+    print(nox.__file__, sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
+
+    def run() -> list[str]:
+        where, hits, misses = _run_python(code, env).split()
+        assert where.startswith(str(copy))
+        return [hits, misses]
+
+    assert run() == ["0", "1"]  # compiled and saved
+    assert run() == ["1", "0"]  # loaded
+    with open(copy / "_kernels" / "powmath.py", "a") as f:
+        f.write("# edited\n")  # an inlined helper's file, not power.py
+    assert run() == ["0", "1"]  # stale: compiled again
 
 
 @pytest.mark.slow

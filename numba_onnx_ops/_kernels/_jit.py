@@ -2,7 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
+from pathlib import Path
+
 import numba
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.cache
+def sources_stamp() -> bytes:
+    """SHA-256 of every source file a kernel's machine code can depend on: the kernel modules
+    and the helpers they inline (``powmath``, ``half``, ``convert``, ...), and ``_dtypes``
+    (empty if they cannot be read as files, where numba cannot cache anyway)."""
+    digest = hashlib.sha256()
+    try:
+        for path in sorted(_PACKAGE.joinpath("_kernels").glob("*.py")) + [_PACKAGE / "_dtypes.py"]:
+            digest.update(path.name.encode())
+            digest.update(path.read_bytes())
+    except OSError:
+        return b""
+    return digest.digest()
 
 
 def kernel(**options):
@@ -12,12 +33,22 @@ def kernel(**options):
     source if writable, else the user-wide cache (``NUMBA_CACHE_DIR`` overrides both).  When
     none is writable (read-only site-packages and no writable home), numba raises; the kernels
     then compile in memory on first use, as they would without a cache.
+
+    numba validates a cached kernel against the hash of the one file that defines it, so an
+    edit of an inlined helper in another module (``powmath.py`` say) would load stale machine
+    code; the index stamp here also covers every file in ``sources_stamp``.
     """
 
     def decorate(func):
         try:
-            return numba.njit(cache=True, nogil=True, **options)(func)
+            dispatcher = numba.njit(cache=True, nogil=True, **options)(func)
         except RuntimeError:  # "cannot cache function ...: no locator available"
             return numba.njit(nogil=True, **options)(func)
+        try:
+            index = dispatcher._cache._cache_file
+            index._source_stamp = (index._source_stamp, sources_stamp())
+        except AttributeError:  # another numba's internals: its own stamp stays in force
+            pass
+        return dispatcher
 
     return decorate
