@@ -212,12 +212,16 @@ def _run_half_blas(a2, b2, batch, m, n, k, target) -> None:
                 for k0 in range(0, k, kc):
                     kk = min(kc, k - k0)
                     af, bf, cf, part = _panels(scratch, (mb, kc, nb), mi, kk, nj)
-                    if i0 == 0 or kc < k:  # else this column tile's B panel is still there
-                        bo = borg + k0 * brs + j0 * bcs
-                        launch(_k.widen_panel, bbuf, bo, brs, bcs, kind, bf)
-                    if j0 == 0 or mb < m or kc < k:  # else A, whole in one panel, is there
-                        ao = aorg + i0 * ars + k0 * acs
-                        launch(_k.widen_panel, abuf, ao, ars, acs, kind, af)
+                    # Widen only what changed (a panel with no rows is skipped): B, unless
+                    # this column tile's is still there; A, unless it is whole in one panel.
+                    new_b = bf if i0 == 0 or kc < k else bf[:0]
+                    new_a = af if j0 == 0 or mb < m or kc < k else af[:0]
+                    ao = aorg + i0 * ars + k0 * acs
+                    bo = borg + k0 * brs + j0 * bcs
+                    launch(
+                        _k.widen_panels,
+                        abuf, ao, ars, acs, new_a, bbuf, bo, brs, bcs, new_b, kind,
+                    )  # fmt: skip
                     with np.errstate(all="ignore"):  # IEEE results, as the own kernels
                         if k0 == 0:
                             _np_matmul(af, bf, out=cf)
