@@ -313,9 +313,11 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
     """
     SV = _lanes(acc_proto, 1)
     mfull = M - M % RB
+    flat = out.reshape(out.size)  # stored through _at's unsigned index, as A and B are read
     for bi in prange(out.shape[0]):
         ao = a_off[bi]
         bo = b_off[bi]
+        oo = bi * M * N
         acc = carray(_stack_buffer(32, acc_proto), (RB, SV))
         for j00 in range(0, N, SV):
             j0 = min(j00, N - SV)
@@ -333,7 +335,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
                             acc[r, j] += aik * widen(_at(b, bk + j), kind)
                 for r in range(RB):
                     for j in range(SV):
-                        out[bi, i0 + r, j0 + j] = narrow(acc[r, j], kind, out)
+                        flat[np.uint64(oo + (i0 + r) * N + j0 + j)] = narrow(acc[r, j], kind, out)
             for i in range(mfull, M):  # the last M % RB rows, one at a time
                 for j in range(SV):
                     acc[0, j] = 0
@@ -343,7 +345,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
                     for j in range(SV):
                         acc[0, j] += aik * widen(_at(b, bk + j), kind)
                 for j in range(SV):
-                    out[bi, i, j0 + j] = narrow(acc[0, j], kind, out)
+                    flat[np.uint64(oo + i * N + j0 + j)] = narrow(acc[0, j], kind, out)
 
 
 @kernel(parallel=True, fastmath=_FASTMATH)
