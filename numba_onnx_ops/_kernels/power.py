@@ -27,6 +27,7 @@ from .powmath import (
     cube_wide,
     ipow_narrow,
     log_wide,
+    pow_by_squaring,
     pow_narrow_abs,
     pow_narrow_needs_libm,
     pow_narrow_sign,
@@ -139,16 +140,7 @@ def _int_pow(x, y, imin):
 def _int_ipow(x, n, imin):
     """x ** n for int64 x and |n| < 32 without branches (vectorizable), wrapping."""
     e = n if n >= 0 else -n
-    b = x
-    r = b if (e & 1) else types.int64(1)
-    b = b * b
-    r = r * b if (e & 2) else r
-    b = b * b
-    r = r * b if (e & 4) else r
-    b = b * b
-    r = r * b if (e & 8) else r
-    b = b * b
-    r = r * b if (e & 16) else r
+    r = pow_by_squaring(x, e, types.int64(1))
     odd_sign = types.int64(-1) if (e & 1) else types.int64(1)
     neg = types.int64(1) if x == 1 else (odd_sign if x == -1 else (imin if x == 0 else 0))
     return neg if n < 0 else r

@@ -302,9 +302,16 @@ def ipow_narrow(v, n):
     At most eight roundings of 2**-53: the float64 result is within ~2**-50 relative, far
     inside half a float32 ulp; overflow and underflow land on inf and 0 as they should.
     """
-    e = abs(n)
-    b = v
-    r = b if (e & 1) else 1.0
+    r = pow_by_squaring(v, abs(n), 1.0)
+    return 1.0 / r if n < 0 else r
+
+
+@_jit
+def pow_by_squaring(b, e, one):
+    """b**e for 0 <= e < 32 in five squarings, with selects instead of branches so that the
+    loops calling it vectorize: wrapping products for int64 ``b``, float64 roundings for
+    float64 ``b`` (``one`` is 1 of b's type)."""
+    r = b if (e & 1) else one
     b = b * b
     r = r * b if (e & 2) else r
     b = b * b
@@ -312,8 +319,7 @@ def ipow_narrow(v, n):
     b = b * b
     r = r * b if (e & 8) else r
     b = b * b
-    r = r * b if (e & 16) else r
-    return 1.0 / r if n < 0 else r
+    return r * b if (e & 16) else r
 
 
 # --------------------------------------------------------------------------------------------
