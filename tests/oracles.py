@@ -589,6 +589,17 @@ def assert_fresh_result(result, *inputs):
             assert not np.shares_memory(result, a)
 
 
+def call_checked(op, a, b, **kwargs):
+    """Call ``op(a, b, **kwargs)``, then assert the inputs are untouched and, without ``out``,
+    that the result is fresh."""
+    snap = Snapshot(a, b)
+    result = op(a, b, **kwargs)
+    snap.assert_unchanged()
+    if kwargs.get("out") is None:
+        assert_fresh_result(result, a, b)
+    return result
+
+
 def available_memory_bytes() -> int:
     """MemAvailable from /proc/meminfo (0 where unknown)."""
     try:
