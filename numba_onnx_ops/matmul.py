@@ -267,15 +267,7 @@ def _acc_proto(dtype: np.dtype) -> np.ndarray:
 def _operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
     """``(flat read-only buffer, per-matrix offsets, row stride, column stride)`` of a 2-D or
     batched operand, in elements; no data is copied."""
-    if x.flags.c_contiguous and x.flags.aligned:
-        buf = x.reshape(-1)
-        if buf.flags.writeable:  # one numba type (read-only) for every operand
-            buf = buf.view()
-            buf.flags.writeable = False
-        origin = 0
-        strides = tuple(s // x.itemsize for s in x.strides)
-    else:
-        buf, origin, strides = flat_buffer(x)
+    buf, origin, strides = flat_buffer(x)
     bshape = x.shape[:-2]
     if not batch:
         offsets = np.array([origin], np.int64)
