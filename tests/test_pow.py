@@ -159,6 +159,22 @@ def test_random_float_accuracy(dtype, rng):
     assert_pow_matches(pow_checked(x, y), x, y)
 
 
+@pytest.mark.parametrize("inner", [1, 1023, 1024, 1025, 3000, 16384 + 1024 + 7])
+@pytest.mark.parametrize("yshape", ["scalar", "same", "row"])
+def test_float32_general_blocks(inner, yshape, rng):
+    # float32 general powers run per chunk of 16384 in blocks of 1024 and a shorter tail;
+    # zero, negative and subnormal bases and infinities sit anywhere in them
+    x = (np.exp(rng.uniform(-5, 5, (3, inner))) * rng.choice([-1.0, 1.0], (3, inner))).astype(F32)
+    special = rng.integers(0, x.size, min(x.size, 12))
+    x.flat[special] = rng.choice([0.0, -0.0, np.inf, -np.inf, 1e-42, -3.0, np.nan], special.size)
+    y = {
+        "scalar": np.array(3.7, F32),
+        "same": rng.uniform(-4, 4, x.shape).round(1).astype(F32),
+        "row": rng.uniform(-4, 4, inner).round(1).astype(F32),
+    }[yshape]
+    assert_pow_matches(pow_checked(x, y), x, y)
+
+
 _POSITIVE_FINITE_BITS = {  # (unsigned view, smallest positive bits, +inf bits)
     F16: (np.uint16, 1, 0x7C00),
     BF16: (np.uint16, 1, 0x7F80),

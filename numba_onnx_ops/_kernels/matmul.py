@@ -25,14 +25,13 @@ packed 63 at 1024^3 and 65 for float16, where direct, widening A at every use, m
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import overload
 from numba.np.numpy_support import carray
 
 from ._jit import kernel
 from .convert import narrow, widen
+from .stack import stack_buffer
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -50,30 +49,10 @@ KPAD = 8
 _FASTMATH = {"reassoc", "contract"}
 
 
-@intrinsic
-def _stack_buffer(typingctx, n, proto):
-    """A pointer to ``n`` (a compile-time constant) uninitialised elements on the stack.
-
-    Indexed by constants after unrolling, a stack buffer is promoted to registers; a heap
-    array never is, since LLVM cannot prove it does not alias the packed panels.
-    """
-    if not isinstance(n, types.IntegerLiteral):
-        return None
-    count = n.literal_value
-    dtype = proto.dtype
-
-    def codegen(context, builder, signature, args):
-        elem = context.get_value_type(dtype)
-        buf = cgutils.alloca_once(builder, ir.ArrayType(elem, count))
-        return builder.bitcast(buf, elem.as_pointer())
-
-    return types.CPointer(dtype)(n, proto), codegen
-
-
 @njit(fastmath=_FASTMATH)
 def _micro(ap, ir_, bp, jr, kc, c, ci, cj, mr, nr):
     """c[ci:ci+mr, cj:cj+nr] += (ap[ir_:ir_+MR, :kc] @ bp[jr:jr+NR, :kc].T)[:mr, :nr]."""
-    acc = carray(_stack_buffer(12, c), (MR, NR))
+    acc = carray(stack_buffer(12, c), (MR, NR))
     for i in range(MR):
         for j in range(NR):
             acc[i, j] = 0
@@ -272,7 +251,7 @@ def matmul_direct(
     per = (items + chunks - 1) // chunks
     for t in prange(chunks):
         bs = np.empty(K * SW, acc_proto.dtype)  # 1-D: SLP needs provably consecutive loads
-        acc = carray(_stack_buffer(64, acc_proto), (RB, SW))
+        acc = carray(stack_buffer(64, acc_proto), (RB, SW))
         for item in range(t * per, min(items, (t + 1) * per)):
             bi = item // nstrips
             j0 = (item - bi * nstrips) * SW
@@ -318,7 +297,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
         ao = a_off[bi]
         bo = b_off[bi]
         oo = bi * M * N
-        acc = carray(_stack_buffer(64, acc_proto), (SRB, SV))
+        acc = carray(stack_buffer(64, acc_proto), (SRB, SV))
         for j00 in range(0, N, SV):
             j0 = min(j00, N - SV)
             i0 = 0
@@ -372,7 +351,7 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
         bi = t // mtasks
         i0 = (t - bi * mtasks) * rows
         xo = x_off[bi]
-        acc = carray(_stack_buffer(1, acc_proto), 1)
+        acc = carray(stack_buffer(1, acc_proto), 1)
         for i in range(i0, min(M, i0 + rows)):
             arow = a_off[bi] + i * a_rs
             acc[0] = 0

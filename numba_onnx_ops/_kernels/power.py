@@ -18,6 +18,7 @@ import math
 import numpy as np
 from numba import njit, prange, types
 from numba.extending import overload
+from numba.np.numpy_support import carray
 
 from .._dtypes import NATIVE
 from ._jit import kernel
@@ -27,6 +28,8 @@ from .powmath import (
     cube_wide,
     ipow_narrow,
     log_wide,
+    narrow_exp2,
+    narrow_log_term,
     pow_by_squaring,
     pow_narrow_abs,
     pow_narrow_needs_libm,
@@ -38,6 +41,7 @@ from .powmath import (
     sqrt_any,
     sqrt_narrow,
 )
+from .stack import stack_buffer
 
 # Exponent classes.  IPOW is a scalar integer exponent with |n| < IPOW_LIMIT (float32 and half
 # bases square in float64; float64 bases take GENERAL, as squaring would lose accuracy).
@@ -78,6 +82,10 @@ def _at(v, j):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
+def _block(v, s):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
 @overload(exponent_as_f64)
 def _exponent_as_f64(y, ykind):
     if isinstance(y, types.Integer) and y.bitwidth == 16 and not y.signed:
@@ -112,6 +120,16 @@ def _at_impl(v, j):
     if isinstance(v, types.Array):
         return lambda v, j: v[j]
     return lambda v, j: v
+
+
+@overload(_block)
+def _block_impl(v, s):
+    """``v[s : s + BLOCK]`` of a chunk, or a scalar exponent itself.  Loops index the block
+    from 0: ``v[s + j]`` would need numba's negative-index wraparound, which keeps LLVM from
+    vectorizing."""
+    if isinstance(v, types.Array):
+        return lambda v, s: v[s : s + BLOCK]
+    return lambda v, s: v
 
 
 @njit(error_model="numpy")
@@ -213,8 +231,7 @@ def _narrow_element(op):
         return lambda op, x, y, ykind, imin: (rsqrt_narrow(types.float64(x)), True)
     if op == IPOW:
         return lambda op, x, y, ykind, imin: (ipow_narrow(types.float64(x), y), True)
-    # |x|**y only: ``_fix_signs`` and ``_scan_flagged`` find the other elements more cheaply.
-    return lambda op, x, y, ykind, imin: (pow_narrow_abs(x, exponent_as_f64(y, ykind)), True)
+    return None  # GENERAL: ``_apply_narrow_general``
 
 
 def _wide_element(op):
@@ -360,6 +377,8 @@ def _apply_impl(op, xv, xkind, yv, ykind, ov, imin):
         return _apply_wide_general
     if op.literal_value == GENERAL and xv.dtype == types.uint16:
         return _apply_half_general
+    if op.literal_value == GENERAL and xv.dtype == types.float32:
+        return _apply_narrow_general
     return _apply_elementwise
 
 
@@ -372,15 +391,46 @@ def _apply_elementwise(op, xv, xkind, yv, ykind, ov, imin):
     return bad
 
 
+# float32 GENERAL chunks go in blocks of BLOCK elements, in two loops: t = y log2|x| into a
+# stack buffer (in L1), then 2**t.  In one loop (57 instructions per 4 elements) each
+# element's dependency chain, a division and two polynomials, was so long that the
+# out-of-order window held too few elements to keep the core busy; apart, each chain is half
+# as long.  Full blocks have a constant trip count, so LLVM unrolls each loop by two and loads
+# each constant once per 8 elements.  Measured on 10M float32 (medians of 25 interleaved
+# calls): x ** 3.7 17.7 -> 15.8 ms, same-shape exponents 18.7 -> 16.8, a row 18.4 -> 16.3.
+BLOCK = 1024
+
+
+def _apply_narrow_general(op, xv, xkind, yv, ykind, ov, imin):
+    # |x|**y only: ``_fix_signs`` and ``_scan_flagged`` find the other elements more cheaply.
+    tb = carray(stack_buffer(BLOCK, 0.0), (BLOCK,))
+    full = ov.size - ov.size % BLOCK
+    for s in range(0, full, BLOCK):
+        _narrow_block(xv, xkind, yv, ykind, ov, s, BLOCK, tb)
+    _narrow_block(xv, xkind, yv, ykind, ov, full, ov.size - full, tb)
+    return False
+
+
 def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
-    # Half bases take the sign rules inline (``_fix_signs`` skips them): with the result
-    # narrowed to a half type, LLVM vectorizes this loop better than the bare |x|**y one
-    # (measured 3.6 vs 5.7 ns/element per core; float32 is the other way round, 2.9 vs 3.3).
+    # Half bases take the sign rules inline (``_fix_signs`` skips them), in one loop: with the
+    # result narrowed to a half type, LLVM vectorizes it better than the bare |x|**y one
+    # (3.6 vs 5.7 ns/element per core), and than float32's two loops (float16 x ** 3.7 on
+    # 10M elements: 20 ms here, 31 ms in two loops).
     for j in range(ov.size):
         xw = widen(xv[j], xkind)
         yw = exponent_as_f64(_at(yv, j), ykind)
         ov[j] = narrow(pow_narrow_sign(types.float64(xw), yw, pow_narrow_abs(xw, yw)), xkind, ov)
     return False
+
+
+@njit(inline="always", error_model="numpy")
+def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
+    """ov[s : s + n] = |x|**y for float32 bases, n <= BLOCK."""
+    xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)
+    for j in range(n):
+        tb[j] = narrow_log_term(widen(xs[j], xkind), exponent_as_f64(_at(ys, j), ykind))
+    for j in range(n):
+        os[j] = narrow(narrow_exp2(tb[j]), xkind, ov)
 
 
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
