@@ -29,7 +29,6 @@ from .powmath import (
     ipow_narrow,
     log_wide,
     narrow_exp2,
-    narrow_is_plain,
     narrow_log_term,
     pow_by_squaring,
     pow_narrow_abs,
@@ -252,16 +251,15 @@ def _wide_element(op):
 
 @overload(_scan_flagged)
 def _scan_flagged_impl(op, xv, xkind, yv, ykind):
-    """Whether a half GENERAL chunk has an element ``pow_narrow_abs`` leaves to libm.
+    """Whether a float32/half GENERAL chunk has an element ``pow_narrow_abs`` leaves to libm.
 
     A separate scan over the chunk (still in L2) costs a few 8-lane compares per 8 elements;
-    the flag inside the main loop cost ~15% of it.  float32 GENERAL chunks scan each block
-    while it is in L1 (``_narrow_block``); other classes flag inside their loop (the float64
-    test needs the logarithm) or never: False.
+    the flag inside the main loop cost ~15% of it.  Other classes flag inside their loop (the
+    float64 test needs the logarithm) or never: False.
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
-    if op.literal_value != GENERAL or xv.dtype != types.uint16:
+    if op.literal_value != GENERAL or not _is_narrow(xv.dtype):
         return lambda op, xv, xkind, yv, ykind: False
 
     def impl(op, xv, xkind, yv, ykind):
@@ -275,9 +273,9 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
 
 @overload(_fix_signs)
 def _fix_signs_impl(op, xv, xkind, yv, ykind, ov):
-    """Second pass over a float32 GENERAL chunk flagged by its first loop: if some bases are
-    not positive, zero bases and signs (``pow_narrow_sign``) applied to the stored ``|x|**y``,
-    exactly (a factor of +-1 or NaN, or a constant).  Other classes: no-op.
+    """Second pass over a float32 GENERAL chunk whose bases are not all positive: zero
+    bases and signs (``pow_narrow_sign``) applied to the stored ``|x|**y``, exactly (a factor
+    of +-1 or NaN, or a constant).  A scan of the chunk (in L2) decides; other classes: no-op.
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
@@ -296,6 +294,11 @@ def _fix_signs_impl(op, xv, xkind, yv, ykind, ov):
             ov[j] = narrow(pow_narrow_sign(xw, exponent_as_f64(_at(yv, j), ykind), m), xkind, ov)
 
     return impl
+
+
+def _is_narrow(dtype) -> bool:
+    """float32, or uint16 bits of a half type (the only uint16 base)."""
+    return isinstance(dtype, types.Float) and dtype.bitwidth == 32 or dtype == types.uint16
 
 
 @overload(_fix_flagged)
@@ -354,8 +357,9 @@ def _task(op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out
     xv = _chunk(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], n)
     yv = _chunk(y, yo + j0 * y_str[ndim - 1], y_str[ndim - 1], n)
     ov = out[row * inner + j0 : row * inner + j0 + n]
-    if _apply(op, xv, xkind, yv, ykind, ov, imin) or _scan_flagged(op, xv, xkind, yv, ykind):
-        _fix_signs(op, xv, xkind, yv, ykind, ov)
+    bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
+    _fix_signs(op, xv, xkind, yv, ykind, ov)
+    if bad or _scan_flagged(op, xv, xkind, yv, ykind):
         _fix_flagged(op, xv, xkind, yv, ykind, ov)
 
 
@@ -398,15 +402,13 @@ BLOCK = 1024
 
 
 def _apply_narrow_general(op, xv, xkind, yv, ykind, ov, imin):
-    # |x|**y only; the result says whether some base is not positive and normal or some
-    # exponent infinite, and the caller then applies the sign rules and libm's values.
+    # |x|**y only: ``_fix_signs`` and ``_scan_flagged`` find the other elements more cheaply.
     tb = carray(stack_buffer(BLOCK, 0.0), (BLOCK,))
     full = ov.size - ov.size % BLOCK
-    plain = True
     for s in range(0, full, BLOCK):
-        plain &= _narrow_block(xv, xkind, yv, ykind, ov, s, BLOCK, tb)
-    plain &= _narrow_block(xv, xkind, yv, ykind, ov, full, ov.size - full, tb)
-    return not plain
+        _narrow_block(xv, xkind, yv, ykind, ov, s, BLOCK, tb)
+    _narrow_block(xv, xkind, yv, ykind, ov, full, ov.size - full, tb)
+    return False
 
 
 def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
@@ -423,17 +425,12 @@ def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
 
 @njit(inline="always", error_model="numpy")
 def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
-    """ov[s : s + n] = |x|**y for float32 bases, n <= BLOCK; whether every base is positive
-    and normal and every exponent finite (where |x|**y is all there is to x**y)."""
+    """ov[s : s + n] = |x|**y for float32 bases, n <= BLOCK."""
     xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)
     for j in range(n):
         tb[j] = narrow_log_term(widen(xs[j], xkind), exponent_as_f64(_at(ys, j), ykind))
     for j in range(n):
         os[j] = narrow(narrow_exp2(tb[j]), xkind, ov)
-    plain = True
-    for j in range(n):
-        plain &= narrow_is_plain(widen(xs[j], xkind), exponent_as_f64(_at(ys, j), ykind))
-    return plain
 
 
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):

@@ -299,13 +299,6 @@ def pow_narrow_sign(x, y, m):
     return m * factor if neg else m
 
 
-@_element
-def narrow_is_plain(x, y):
-    """Whether x**y is |x|**y from ``pow_narrow_abs`` as it is: x positive and normal, y
-    finite (no sign rule, no zero base, nothing for libm)."""
-    return (x >= _F32_MIN_NORMAL) & (x < _F32_INF) & (abs(y) < _INF)
-
-
 @_jit
 def pow_narrow_needs_libm(x, y):
     """The elements ``pow_narrow_abs`` leaves to libm: x or y infinite or NaN, x subnormal."""
