@@ -211,7 +211,6 @@ def test_direct_zero_stride_batch(paths, rng):
 @pytest.mark.parametrize(
     "dtype, n", [(F32, 8), (F32, 9), (F32, 15), (I32, 12), (U32, 8), (F64, 4), (I64, 7), (U64, 5)]
 )
-# rows go in blocks of 8, then 4, then one at a time: every combination
 @pytest.mark.parametrize("m", [2, 3, 4, 7, 8, 9, 12, 15, 16])
 def test_small_batches(paths, rng, own_floats, dtype, n, m):
     check(operand(rng, (6, m, 7), dtype), operand(rng, (6, 7, n), dtype))

@@ -216,7 +216,6 @@ def matmul_packed(
 # a single vector of columns (4 chains) 16x16 batches ran latency-bound, and with 8 rows SLP
 # vectorized along the rows, gathering A.
 RB = 4
-SRB = 8  # matmul_small's largest row block
 
 
 def _lanes(proto, vectors):  # pragma: no cover - overloaded below
@@ -287,55 +286,45 @@ def matmul_direct(
 def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_proto):
     """out[b] = A[b] @ B[b] for batches of tiny matrices (N of one to two vectors).
 
-    B must have unit column stride and N >= SV.  One task per matrix, nothing copied: blocks
-    of 8, then 4, then single rows times SV columns read B rows in place; the last column
-    strip is shifted left to end at N (its overlap is computed twice, identically).
+    B must have unit column stride and N >= SV.  One task per matrix, nothing copied: RB x SV
+    blocks read B rows in place; the last column strip is shifted left to end at N (its
+    overlap is computed twice, identically); the last M % RB rows go one at a time.
     """
     SV = _lanes(acc_proto, 1)
+    mfull = M - M % RB
     flat = out.reshape(out.size)  # stored through _at's unsigned index, as A and B are read
     for bi in prange(out.shape[0]):
         ao = a_off[bi]
         bo = b_off[bi]
         oo = bi * M * N
-        acc = carray(stack_buffer(64, acc_proto), (SRB, SV))
+        acc = carray(stack_buffer(32, acc_proto), (RB, SV))
         for j00 in range(0, N, SV):
             j0 = min(j00, N - SV)
-            i0 = 0
-            # 8 rows: 8 independent FMA chains cover the FMA latency (measured on 4096 x 8^3
-            # float32: 4 rows ran 118 us, 8 rows 88 us, kernel alone).
-            while i0 + 8 <= M:
-                _small_rows(a, ao, a_rs, a_cs, b, bo + j0, b_rs, kind, flat, oo + i0 * N + j0, N,
-                            K, i0, 8, SV, acc, out)  # fmt: skip
-                i0 += 8
-            if i0 + 4 <= M:
-                _small_rows(a, ao, a_rs, a_cs, b, bo + j0, b_rs, kind, flat, oo + i0 * N + j0, N,
-                            K, i0, 4, SV, acc, out)  # fmt: skip
-                i0 += 4
-            for i in range(i0, M):
-                _small_rows(a, ao, a_rs, a_cs, b, bo + j0, b_rs, kind, flat, oo + i * N + j0, N,
-                            K, i, 1, SV, acc, out)  # fmt: skip
-
-
-@njit(inline="always", fastmath={"contract"})
-def _small_rows(a, ao, a_rs, a_cs, b, bo, b_rs, kind, flat, o0, N, K, i0, R, SV, acc, out):
-    """flat[o0 + r*N + j] = (A[i0 + r, :] @ B[:, bo-relative j]) for r < R, j < SV.
-
-    Inlined with constant R and SV, so the block loops unroll into straight-line code that the
-    SLP vectorizer turns into R FMA chains on one vector each (measured: a variable row count
-    or store count in this loop nest cost as much as the arithmetic).
-    """
-    for r in range(R):
-        for j in range(SV):
-            acc[r, j] = 0
-    for k in range(K):
-        bk = bo + k * b_rs
-        for r in range(R):
-            aik = widen(_at(a, ao + (i0 + r) * a_rs + k * a_cs), kind)
-            for j in range(SV):
-                acc[r, j] += aik * widen(_at(b, bk + j), kind)
-    for r in range(R):
-        for j in range(SV):
-            flat[np.uint64(o0 + r * N + j)] = narrow(acc[r, j], kind, out)
+            # Full blocks with constant bounds throughout (measured: a clamped row index or a
+            # variable store count in this loop nest cost as much as the arithmetic).
+            for i0 in range(0, mfull, RB):
+                for r in range(RB):
+                    for j in range(SV):
+                        acc[r, j] = 0
+                for k in range(K):
+                    bk = bo + k * b_rs + j0
+                    for r in range(RB):
+                        aik = widen(_at(a, ao + (i0 + r) * a_rs + k * a_cs), kind)
+                        for j in range(SV):
+                            acc[r, j] += aik * widen(_at(b, bk + j), kind)
+                for r in range(RB):
+                    for j in range(SV):
+                        flat[np.uint64(oo + (i0 + r) * N + j0 + j)] = narrow(acc[r, j], kind, out)
+            for i in range(mfull, M):  # the last M % RB rows, one at a time
+                for j in range(SV):
+                    acc[0, j] = 0
+                for k in range(K):
+                    bk = bo + k * b_rs + j0
+                    aik = widen(_at(a, ao + i * a_rs + k * a_cs), kind)
+                    for j in range(SV):
+                        acc[0, j] += aik * widen(_at(b, bk + j), kind)
+                for j in range(SV):
+                    flat[np.uint64(oo + i * N + j0 + j)] = narrow(acc[0, j], kind, out)
 
 
 @kernel(parallel=True, fastmath=_FASTMATH)
