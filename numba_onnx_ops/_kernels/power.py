@@ -397,7 +397,8 @@ def _apply_elementwise(op, xv, xkind, yv, ykind, ov, imin):
 # out-of-order window held too few elements to keep the core busy; apart, each chain is half
 # as long.  Full blocks have a constant trip count, so LLVM unrolls each loop by two and loads
 # each constant once per 8 elements.  Measured on 10M float32 (medians of 25 interleaved
-# calls): x ** 3.7 17.7 -> 15.8 ms, same-shape exponents 18.7 -> 16.8, a row 18.4 -> 16.3.
+# calls): x ** 3.7 17.7 -> 15.8 ms, same-shape exponents 18.7 -> 16.8, a row 18.4 -> 16.3;
+# the price is 0.4-0.9 s more on the kernel's first (cold-cache) compile.
 BLOCK = 1024
 
 

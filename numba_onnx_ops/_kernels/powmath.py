@@ -263,8 +263,9 @@ def pow_narrow_abs(x, y):
     correctly).  Zero, subnormal, infinite or NaN x and infinite or NaN y give garbage (never a
     trap): ``pow_narrow_sign`` fixes zero bases and signs, the caller's slow path the rest.
 
-    The kernels run its two halves, ``narrow_log_term`` and ``narrow_exp2``, in separate loops
-    over a block of elements (see ``power._apply_narrow_general``).
+    The float32 kernel runs its two halves, ``narrow_log_term`` and ``narrow_exp2``, in
+    separate loops over a block of elements (``power._apply_narrow_general``); half bases
+    take it whole.
     """
     return narrow_exp2(narrow_log_term(x, y))
 
