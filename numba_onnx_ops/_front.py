@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import _alloc
@@ -45,3 +47,10 @@ def finish(result: np.ndarray, target: np.ndarray) -> np.ndarray:
     if target is not result:
         np.copyto(result, target, casting="no")
     return result
+
+
+def dask_operand(*values) -> bool:
+    """Whether any of ``values`` is a ``dask.array.Array`` (dask itself is never imported here:
+    without ``dask.array`` in ``sys.modules`` no value can be one)."""
+    da = sys.modules.get("dask.array")
+    return da is not None and any(isinstance(v, da.Array) for v in values)

@@ -26,7 +26,7 @@ from numba.core.compiler_lock import global_compiler_lock
 
 from ._broadcast import batch_offsets, broadcast_shape, flat_buffer
 from ._dtypes import NATIVE, as_input, kernel_view
-from ._front import check_dtype, finish, prepare_out
+from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import matmul as _k
 from ._parallel import launch
 from ._versions import MATMUL_TYPES, resolve_version
@@ -85,6 +85,31 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
                 mat, vec = (A, B) if A.ndim == 2 else (B, A)
                 if vec.strides[0] == vec.itemsize and _blasable(mat):
                     return _np_matmul(A, B)  # matrix-vector or vector-matrix: gemv
+    if dask_operand(A, B):
+        from . import _dask
+
+        return _dask.matmul(A, B, opset=opset, out=out)
+    label, a, b, a2, b2, batch, (m, k, n), shape = _check(A, B, opset)
+    result, target = prepare_out(label, out, shape, a.dtype, (a, b))
+    if target.size:
+        if k == 0:
+            target[...] = 0
+        elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
+            _np_matmul(a, b, out=target)
+        elif a.dtype.itemsize == 2 and _half_blas_wins(m, n, k):
+            _run_half_blas(a2, b2, batch, m, n, k, target)
+        else:
+            _run(a2, b2, batch, m, n, k, target)
+    return finish(result, target)
+
+
+def _check(A, B, opset):
+    """Every decision of MatMul that needs shapes and dtypes only, before any data is read.
+
+    Returns ``(label, a, b, a2, b2, batch, (m, k, n), shape)``: the operands as arrays, their
+    2-D promotions (a 1-D ``A`` as one row, a 1-D ``B`` as one column), the broadcast batch
+    shape, the matrix sizes and the result's shape.  Raises what ``matmul`` documents.
+    """
     version = resolve_version("MatMul", opset)
     label = f"MatMul-{version}"
     a = as_input(A, label)
@@ -116,17 +141,7 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
             f"{label}: batch dimensions of shapes {a.shape} and {b.shape} do not broadcast"
         ) from None
     shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
-    result, target = prepare_out(label, out, shape, a.dtype, (a, b))
-    if target.size:
-        if k == 0:
-            target[...] = 0
-        elif a.dtype in (_F32, _F64) and _blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
-            _np_matmul(a, b, out=target)
-        elif a.dtype.itemsize == 2 and _half_blas_wins(m, n, k):
-            _run_half_blas(a2, b2, batch, m, n, k, target)
-        else:
-            _run(a2, b2, batch, m, n, k, target)
-    return finish(result, target)
+    return label, a, b, a2, b2, batch, (m, k, n), shape
 
 
 # Where numpy's BLAS (OpenBLAS) beats the own kernels on float32/float64, measured idle on

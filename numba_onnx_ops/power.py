@@ -9,7 +9,7 @@ import numpy as np
 
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
 from ._dtypes import BFLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
-from ._front import check_dtype, finish, prepare_out
+from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import power as _k
 from ._parallel import launch
 from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
@@ -63,6 +63,25 @@ def pow(  # noqa: A001 - the ONNX operator's name
         A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
         ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
     """
+    if dask_operand(X, Y):
+        from . import _dask
+
+        return _dask.pow(X, Y, opset=opset, broadcast=broadcast, axis=axis, out=out)
+    label, x, y, shape = _check(X, Y, opset, broadcast, axis)
+    result, target = prepare_out(label, out, shape, x.dtype, (x, y))
+    if target.size:
+        _run(x, y, shape, target)
+    return finish(result, target)
+
+
+def _check(X, Y, opset, broadcast, axis):
+    """Every decision of Pow that needs shapes and dtypes only, before any data is read.
+
+    Returns ``(label, x, y, shape)``: the operands as arrays of their final dtypes (weak Python
+    scalars converted), ``y`` reshaped to ``x``'s rank under Pow-1's legacy broadcast (after
+    which numpy's broadcasting gives the same result), and the result's shape.  Raises what
+    ``pow`` documents.
+    """
     version = resolve_version("Pow", opset)
     label = f"Pow-{version}"
     legacy = version in POW_LEGACY_BROADCAST
@@ -76,10 +95,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
         shape = x.shape
     else:
         shape = broadcast_shape(label, x.shape, y.shape)
-    result, target = prepare_out(label, out, shape, x.dtype, (x, y))
-    if target.size:
-        _run(x, y, shape, target)
-    return finish(result, target)
+    return label, x, y, shape
 
 
 def _operands(label: str, version: int, X, Y) -> tuple[np.ndarray, np.ndarray]:
