@@ -16,17 +16,17 @@ import threading
 from functools import partial
 
 import dask
-import dask.system
 import dask.array as da
+import dask.system
 import numba
 import numpy as np
 from dask.array.core import unify_chunks
 
+from ._dtypes import BFLOAT16, FLOAT16
 from .matmul import _check as _matmul_check
 from .matmul import matmul as _matmul
 from .power import _check as _pow_check
 from .power import pow as _pow
-from ._dtypes import BFLOAT16, FLOAT16
 
 _HALF = (FLOAT16, BFLOAT16)
 
@@ -199,9 +199,7 @@ def matmul(A, B, *, opset=None, out=None):
     exact), float32/float64 in their own dtype, float16/bfloat16 as float32 partials rounded
     once at the end.
     """
-    label, a, b, a2, b2, batch, (m, k, n), shape = _matmul_check(
-        _standin(A), _standin(B), opset
-    )
+    label, a, b, a2, b2, batch, (m, k, n), shape = _matmul_check(_standin(A), _standin(B), opset)
     _no_out(label, out)
     version = int(label.split("-")[1])
     ad = _as_dask(A, a)
