@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _bench, matmul, pow, resolve_version
+from . import _bench, _stream, matmul, pow, resolve_version
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -25,6 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "bench":
         return _bench_command(args.parser, args, "python -m numba_onnx_ops " + shlex.join(argv))
+    if args.command == "stream":
+        return _stream.command(args)
     return demo()
 
 
@@ -74,6 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--plot", metavar="FILE", help="also draw a bar chart to this PNG (needs matplotlib)"
     )
+    _stream.add_parser(commands)
     return parser
 
 

@@ -20,11 +20,11 @@ from numba_onnx_ops.__main__ import _parser, main
 
 # The asv suite is the top-level benchmarks/ package, next to tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import common, matmul, power  # noqa: E402
+from benchmarks import common, matmul, power, scaleout  # noqa: E402
 from benchmarks import compile as compile_bench  # noqa: E402
 
 PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
-MODULES = (matmul, power, compile_bench)
+MODULES = (matmul, power, compile_bench, scaleout)
 
 
 def _classes(module) -> list[type]:

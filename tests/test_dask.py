@@ -8,6 +8,7 @@ the in-memory call's exception and message, without computing a block.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -375,3 +376,34 @@ def test_local_cluster_with_worker_processes(rng):
     assert_same_values(powers, nox.pow(x, 3.7))
     assert_same_values(products, nox.matmul(a, b))
     assert shares == [1, 1]  # one worker thread each: one core per task
+
+
+# --------------------------------------------------------------------------------------------
+# Larger than memory: zarr to zarr
+# --------------------------------------------------------------------------------------------
+def test_zarr_stream_keeps_memory_bounded(tmp_path):
+    """Both stages stream an input four times larger than the memory they may add."""
+    pytest.importorskip("zarr")
+    nbytes, chunk = 128 << 20, 1 << 20
+    code = f"""
+import json
+import numpy as np
+import numba_onnx_ops as nox
+from numba_onnx_ops import _stream
+d = _stream.prepare({str(tmp_path)!r}, {nbytes}, chunk_bytes={chunk})
+# Compile outside the measured stages, on the stages' own block shapes.
+nox.pow(d["x"][: d["x"].chunks[0]], 3.7)
+nox.matmul(d["a"][: d["a"].chunks[0]], d["b"])
+report = _stream.run(d)
+_stream.check(d)
+print(json.dumps(report))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert len(report) == 2
+    for name, stage in report.items():
+        grew = stage["peak_rss"][0] - stage["rss_before"][0]
+        assert grew < nbytes / 4, f"{name}: resident memory grew by {grew / 2**20:.0f} MiB"
