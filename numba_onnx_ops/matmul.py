@@ -44,7 +44,10 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
     A, B : array_like
         Operands of the same dtype, of rank >= 1.  A 1-D ``A`` is a row vector and a 1-D ``B``
         a column vector; those dimensions are removed from the result.  Leading (batch)
-        dimensions broadcast numpy-style.  Any layout is read in place.
+        dimensions broadcast numpy-style.  Any layout is read in place.  If either is a
+        ``dask.array.Array``, the result is a lazy dask array with the same semantics
+        (checks made at the call; ``out`` is refused; see ``numba_onnx_ops._dask.matmul`` for
+        the chunking).
     opset : int, optional
         Default-domain opset of the model; selects MatMul-1 (float16/32/64), MatMul-9 (adds
         int32, int64, uint32, uint64) or MatMul-13 (adds bfloat16).  ``None``: the newest.
@@ -53,7 +56,7 @@ def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> 
 
     Returns
     -------
-    numpy.ndarray
+    numpy.ndarray or dask.array.Array
         The product, of the operands' dtype.  Integers wrap modulo 2**bits; float16 and
         bfloat16 accumulate in float32 and round once.
 

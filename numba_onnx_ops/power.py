@@ -47,12 +47,16 @@ def pow(  # noqa: A001 - the ONNX operator's name
     out : numpy.ndarray, optional
         Array of the result's exact shape and dtype to fill and return.
 
+    If ``X`` or ``Y`` is a ``dask.array.Array``, the result is a lazy dask array with the same
+    semantics (checks made at the call; ``out`` is refused; see ``numba_onnx_ops._dask.pow``
+    for the chunking).
+
     Returns
     -------
-    numpy.ndarray
+    numpy.ndarray or dask.array.Array
         The power, of ``X``'s dtype.  Floats: within 1 ulp of the correctly rounded value
         (C99 ``pow`` special values).  Integer bases: exact with wraparound for integer
-        exponents (see ``shared/spec/semantics.md`` for negative exponents and float ones).
+        exponents (see ``docs/spec/semantics.md`` for negative exponents and float ones).
 
     Raises
     ------
