@@ -212,7 +212,8 @@ class BackendRep(_base.BackendRep):
             raise ValueError(f"missing model inputs {missing}")
         for name, value in feeds.items():
             expected = self._input_dtypes[name]
-            actual = np.asarray(value).dtype
+            dtype = getattr(value, "dtype", None)  # read, not computed, for a dask array
+            actual = dtype if isinstance(dtype, np.dtype) else np.asarray(value).dtype
             if expected is not None and actual != expected:
                 raise TypeError(f"model input {name!r} must be {expected}, got {actual}")
         return feeds
@@ -233,6 +234,8 @@ class BackendRep(_base.BackendRep):
         -------
         tuple of numpy.ndarray
             The graph outputs in order, as a named tuple that can also be indexed by name.
+            With a ``dask.array.Array`` among the inputs, outputs that depend on it are lazy
+            dask arrays (every node checked when ``run`` is called, nothing computed).
 
         Raises
         ------

@@ -407,3 +407,40 @@ print(json.dumps(report))
     for name, stage in report.items():
         grew = stage["peak_rss"][0] - stage["rss_before"][0]
         assert grew < nbytes / 4, f"{name}: resident memory grew by {grew / 2**20:.0f} MiB"
+
+
+# --------------------------------------------------------------------------------------------
+# ONNX models on dask arrays
+# --------------------------------------------------------------------------------------------
+def test_backend_runs_models_lazily_on_dask_inputs(rng):
+    onnx = pytest.importorskip("onnx")
+    from onnx import helper, numpy_helper
+
+    from numba_onnx_ops.backend import Backend
+
+    w = random_array(rng, (12, 5), np.int64)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Pow", ["xw", "e"], ["z"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.INT64, [30, 12])],
+        [helper.make_tensor_value_info("z", onnx.TensorProto.INT64, [30, 5])],
+        initializer=[
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(np.array(3, np.int64), "e"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    x = random_array(rng, (30, 12), np.int64)
+    calls = []
+    (z,) = Backend.prepare(model).run([lazy(x, (7, 5), calls)])
+    assert isinstance(z, da.Array) and calls == []
+    (expected,) = Backend.prepare(model).run([x])
+    assert_same_values(compute_sync(z), expected)
+    untouched = []
+    with pytest.raises(TypeError, match="must be int64"):
+        Backend.prepare(model).run([lazy(x.astype(np.int32), 7, untouched)])
+    assert untouched == []
