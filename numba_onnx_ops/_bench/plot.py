@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from .runner import Row
 
 
-def plot(rows: Sequence[Row], path: str, env: dict[str, Any]) -> None:
-    """A two-panel bar chart: median time per contender (log scale) and the ratio against the
-    target per case (log scale, 1 marked)."""
+def plot(rows: Sequence[Row], path: str, env: dict[str, Any], *, targets: bool = False) -> None:
+    """A two-panel bar chart: median time per contender and the speed-up per case (log scales,
+    1 marked); ``targets`` marks each case's target speed-up and colours the bars by it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -43,23 +43,28 @@ def plot(rows: Sequence[Row], path: str, env: dict[str, Any]) -> None:
     ax_t.set_title("time per call (shorter is faster)")
 
     ratios = [r.ratio if r.ratio is not None else np.nan for r in rows]
-    bar_colors = [{True: "tab:green", False: "tab:red", None: "tab:gray"}[r.met] for r in rows]
+    if targets:
+        bar_colors = [{True: "tab:green", False: "tab:red", None: "tab:gray"}[r.met] for r in rows]
+        goals = [r.case.target for r in rows]
+        ax_r.scatter(goals, y, marker="|", s=300, color="black", zorder=3, label="target")
+        ax_r.legend(loc="lower right", fontsize="small")
+        ax_r.set_title("speed-up (green: target met, red: missed, gray: no verdict)")
+    else:
+        bar_colors = ["tab:blue" if not np.isnan(v) and v >= 1 else "tab:gray" for v in ratios]
+        goals = [np.nan] * len(rows)
+        ax_r.set_title("speed-up (> 1: numba_onnx_ops is faster)")
     ax_r.barh(y, ratios, 0.6, color=bar_colors)
-    targets = [r.case.target for r in rows]
-    ax_r.scatter(targets, y, marker="|", s=300, color="black", zorder=3, label="target")
     ax_r.axvline(1.0, color="black", linewidth=0.8)
     ax_r.set_xscale("log")
-    known = [v for v in ratios + targets if not np.isnan(v)]
+    known = [v for v in ratios + goals if not np.isnan(v)] or [1.0]
     ax_r.set_xlim(min(known) / 1.5, max(known) * 3)  # room for the labels right of the bars
     ax_r.set_xlabel("speed-up: best peer's median / ours (log scale; > 1 is faster)")
     ax_r.grid(axis="x", which="both", alpha=0.3)
-    ax_r.legend(loc="lower right", fontsize="small")
-    ax_r.set_title("ratio (green: target met, red: missed, gray: no verdict)")
-    for yi, ratio, target in zip(y, ratios, targets, strict=True):
+    for yi, ratio, goal in zip(y, ratios, goals, strict=True):
         if not np.isnan(ratio):
             ax_r.annotate(
                 fmt_ratio(ratio),
-                (max(ratio, target), yi),
+                (ratio if np.isnan(goal) else max(ratio, goal), yi),
                 xytext=(5, 0),
                 textcoords="offset points",
                 va="center",

@@ -89,52 +89,59 @@ def _cell(row: Row, name: str) -> str:
     return status.split(":", 1)[0] if status != "-" else "-"
 
 
-def format_table(rows: Sequence[Row], contenders: Sequence[str] = CONTENDERS) -> str:
-    """A markdown table: one line per case with the medians, the best peer and the ratio."""
-    header = ["case", "inputs", *contenders, "best peer", "ratio", "target", "met"]
+def format_table(
+    rows: Sequence[Row], contenders: Sequence[str] = CONTENDERS, *, targets: bool = False
+) -> str:
+    """A markdown table: one line per case with the medians, the best peer and the speed-up
+    (best peer's median / ours).  ``targets`` adds the speed-up each case aims for and whether
+    this run reached it (a developer's view)."""
+    header = ["case", "inputs", *contenders, "best peer", "speed-up"]
+    if targets:
+        header += ["target", "met"]
     lines = [header]
     for row in rows:
         best = row.best_peer
         ratio = row.ratio
-        met = {True: "yes", False: "NO", None: "-"}[row.met]
+        line = [
+            row.case.name,
+            row.case.label(row.size),
+            *(_cell(row, n) for n in contenders),
+            best[0] if best else "-",
+            fmt_ratio(ratio) if ratio is not None else "-",
+        ]
+        if targets:
+            met = {True: "yes", False: "no", None: "-"}[row.met]
+            target = f">= {row.case.target:g}"
+            line += [target if row.judged else f"({target})", met]
         if not row.ours_ok:
-            met = "OURS " + row.status.get(OURS, "missing").split(":", 1)[0].upper()
-        lines.append(
-            [
-                row.case.name,
-                row.case.label(row.size),
-                *(_cell(row, n) for n in contenders),
-                best[0] if best else "-",
-                fmt_ratio(ratio) if ratio is not None else "-",
-                f">= {row.case.target:g}" if row.judged else f"(>= {row.case.target:g})",
-                met,
-            ]
-        )
+            line[-1] += " (ours " + row.status.get(OURS, "missing").split(":", 1)[0] + ")"
+        lines.append(line)
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     out = []
     for i, line in enumerate(lines):
         out.append("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
         if i == 0:
             out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
-    notes = _notes(rows)
+    notes = _notes(rows, targets)
     return "\n".join(out + ([""] + notes if notes else []))
 
 
-def _notes(rows: Sequence[Row]) -> list[str]:
+def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
     notes = []
     for row in rows:
         for name, status in row.status.items():
             if status not in ("ok", "-"):
                 notes.append(f"- {row.case.name}, {name}: {status}")
-    if any(not row.judged for row in rows):
+    if targets and any(not row.judged for row in rows):
         notes.append(
             "- target in parentheses: not the target's shapes (or --size tiny), so no verdict"
         )
     return notes
 
 
-def row_record(row: Row) -> dict[str, Any]:
-    """A flat, JSON- and CSV-friendly record of one row (times in seconds)."""
+def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
+    """A flat, JSON- and CSV-friendly record of one row (times in seconds); ``targets`` adds the
+    case's target speed-up and whether it was met."""
     (sa, sb), best = row.case.shapes_at(row.size), row.best_peer
     record: dict[str, Any] = {
         "case": row.case.name,
@@ -156,16 +163,16 @@ def row_record(row: Row) -> dict[str, Any]:
             "rounds": row.rounds,
             "best_peer": best[0] if best else None,
             "best_peer_s": best[1] if best else None,
-            "ratio": row.ratio,
-            "target": row.case.target,
-            "met": row.met,
+            "speed_up": row.ratio,
         }
     )
+    if targets:
+        record.update({"target": row.case.target, "met": row.met})
     return record
 
 
-def write_csv(rows: Sequence[Row], path: str) -> None:
-    records = [row_record(r) for r in rows]
+def write_csv(rows: Sequence[Row], path: str, *, targets: bool = False) -> None:
+    records = [row_record(r, targets=targets) for r in rows]
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["case"])
         writer.writeheader()
@@ -175,9 +182,12 @@ def write_csv(rows: Sequence[Row], path: str) -> None:
             )
 
 
-def write_json(rows: Sequence[Row], path: str, env: dict[str, Any]) -> None:
+def write_json(
+    rows: Sequence[Row], path: str, env: dict[str, Any], *, targets: bool = False
+) -> None:
+    records = [row_record(r, targets=targets) for r in rows]
     with open(path, "w") as f:
-        json.dump({"environment": env, "rows": [row_record(r) for r in rows]}, f, indent=1)
+        json.dump({"environment": env, "rows": records}, f, indent=1)
         f.write("\n")
 
 

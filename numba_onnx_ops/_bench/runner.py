@@ -45,7 +45,7 @@ class Row:
 
     @property
     def met(self) -> bool | None:
-        """Whether the ratio reaches the issue's target (``None`` when not :attr:`judged`)."""
+        """Whether the speed-up reaches the case's target (``None`` when not :attr:`judged`)."""
         if self.ratio is None or not self.judged:
             return None
         return self.ratio >= self.case.target
@@ -98,7 +98,7 @@ def run_case(
     samples = time_interleaved(funcs, estimates, TIMINGS[size])
     row.times = {name: statistics.median(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))
-    ratio = f"  ratio {fmt_ratio(row.ratio)}" if row.ratio is not None else ""
+    ratio = f"  speed-up {fmt_ratio(row.ratio)}" if row.ratio is not None else ""
     medians = ", ".join(f"{n} {fmt_time(t)}" for n, t in row.times.items())
     say(f"  median of {row.rounds} rounds: {medians}{ratio}")
     return row
