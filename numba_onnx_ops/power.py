@@ -52,7 +52,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
     numpy.ndarray
         The power, of ``X``'s dtype.  Floats: within 1 ulp of the correctly rounded value
         (C99 ``pow`` special values).  Integer bases: exact with wraparound for integer
-        exponents (see ``shared/spec/semantics.md`` for negative exponents and float ones).
+        exponents (see ``docs/spec/semantics.md`` for negative exponents and float ones).
 
     Raises
     ------

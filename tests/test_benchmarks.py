@@ -59,7 +59,7 @@ def tiny(monkeypatch):
     monkeypatch.setattr(common, "TINY", True)
 
 
-def test_suite_has_the_classes_the_issues_ask_for():
+def test_suite_has_a_class_per_kind_of_call():
     assert {cls.__name__ for cls in CLASSES} >= {
         "MatMulSquare",
         "MatMulBatched",

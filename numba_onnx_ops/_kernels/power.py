@@ -8,7 +8,7 @@ compile lazily, per class and operand types, on first use.
 Operands arrive as flat buffers with an origin and per-axis element strides (0 on broadcast
 axes, see ``_broadcast``), or, for a single-element exponent, as a scalar (float64 for float
 bases, int64/uint64 for integer ones).  The output is a flat C-contiguous buffer.  Element
-rules follow ``shared/spec/semantics.md``; the float arithmetic is in ``powmath``.
+rules follow ``docs/spec/semantics.md``; the float arithmetic is in ``powmath``.
 """
 
 from __future__ import annotations
