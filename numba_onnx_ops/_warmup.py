@@ -74,14 +74,14 @@ def compiled_specializations() -> dict[str, int]:
     Keys are ``module.function``; the kernels the front layers launch and the ``@njit``
     helpers they call are both listed (a helper gets a signature per caller type).
     """
-    from numba.core.registry import CPUDispatcher
+    from numba.extending import is_jitted
 
     kernels = {}
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(__package__ + "."):
             continue
         for value in vars(module).values():
-            if isinstance(value, CPUDispatcher) and value.signatures:
+            if is_jitted(value) and value.signatures:
                 func = value.py_func
                 kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
     return kernels

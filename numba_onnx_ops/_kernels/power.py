@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import carray, njit, prange, types
 from numba.extending import overload
-from numba.np.numpy_support import carray
 
 from .._dtypes import NATIVE
 from ._jit import kernel
