@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
@@ -30,12 +31,17 @@ from ._numba_private import compile_with_slp
 from ._parallel import launch
 from ._versions import MATMUL_TYPES, resolve_version
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _np_matmul = np.matmul  # the BLAS path (a module global, so tests can watch it)
 
 
-def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+def matmul(
+    A: ArrayLike, B: ArrayLike, *, opset: int | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
     """Matrix product of ``A`` and ``B`` as ONNX MatMul defines it (numpy.matmul's rules).
 
     Parameters
