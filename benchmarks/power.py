@@ -21,7 +21,7 @@ from .common import (
     shape,
 )
 
-ROWS, COLS = 1000, 10_000  # 10 million elements, as in the Pow speed issue
+ROWS, COLS = 1000, 10_000  # 10 million elements, as in the peer comparison
 
 
 def _base(rng: np.random.Generator, dims: tuple[int, ...], x_dtype: str) -> np.ndarray:
@@ -126,8 +126,9 @@ class PowBroadcast:
 class PowTypes:
     """Every (X, Y) dtype pair Pow-15 allows, with a 0-d and with a same-shape exponent.
 
-    A 0-d exponent is 3.7 for a float Y and 2 for an integer Y (so the issue's bfloat16 ^ float32
-    3.7 and float32 ^ int64 2 are here); an array exponent is random (see the module docstring).
+    A 0-d exponent is 3.7 for a float Y and 2 for an integer Y (so the peer comparison's
+    bfloat16 ^ float32 3.7 and float32 ^ int64 2 are here); an array exponent is random (see the
+    module docstring).
     """
 
     params = (POW_X_DTYPES, POW_Y_DTYPES, ["0-d", "same shape"])

@@ -10,6 +10,8 @@ on disk.
 
 from __future__ import annotations
 
+from importlib import metadata as _metadata
+
 from . import _parallel
 from ._alloc import release_memory
 from ._versions import MATMUL_TYPES, POW_TYPES, resolve_version
@@ -19,7 +21,10 @@ from .power import pow  # noqa: A004 - the ONNX operator's name
 
 _parallel.prefer_tbb()  # before any kernel starts numba's threads
 
-__version__ = "0.1.0"
+try:  # the one version is pyproject.toml's, read from the installed metadata
+    __version__: str = _metadata.version(__name__)
+except _metadata.PackageNotFoundError:  # imported from a source tree that is not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "matmul",

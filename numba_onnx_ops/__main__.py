@@ -41,10 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         "bench",
         help="compare the speed with numpy and onnxruntime",
         description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types) "
-        "and onnxruntime (when installed) side by side on every case of the MatMul and Pow "
-        "speed targets: results are checked to agree first, then the contenders are timed "
-        "interleaved; the table gives medians and ratio = best peer's median / ours. Progress "
-        "goes to stderr, the table to stdout. Exit status 1 if any result of ours disagrees.",
+        "and onnxruntime (when installed) side by side on MatMul and Pow cases: results are "
+        "checked to agree first, then the contenders are timed interleaved; the table gives "
+        "medians and speed-up = best peer's median / ours. Progress goes to stderr, the table "
+        "to stdout. Exit status 1 if any result of ours disagrees.",
     )
     size = bench.add_mutually_exclusive_group()
     size.add_argument(
@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
         choices=_bench.SIZES,
         help="full (the targets' shapes; default), quick, or tiny (every dimension cut to "
         f"{_bench.TINY_DIM}: checks that every case runs; its times mean nothing)",
+    )
+    bench.add_argument(
+        "--targets",
+        action="store_true",
+        help="also show the speed-up each case aims for and whether this run reached it "
+        "(for developers of the library)",
     )
     bench.add_argument(
         "--cases",
@@ -87,7 +93,8 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         parser.error(str(exc))
     if args.list:
         for case in cases:
-            print(f"{case.name:28} {case.label():48} target >= {case.target:g}")
+            target = f"  target >= {case.target:g}" if args.targets else ""
+            print(f"{case.name:28} {case.label():48}{target}")
         return 0
     if args.plot and (problem := _bench.check_plot_available()):
         parser.error(problem)
@@ -103,18 +110,18 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     rows = _bench.run_comparison(cases, args.size, progress=say)
     print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
     print(_bench.environment_line(env))
-    print(f"ratio = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
+    print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
-    print(_bench.format_table(rows))
+    print(_bench.format_table(rows, targets=args.targets))
     say(f"\n{len(rows)} cases in {time.perf_counter() - start:.0f} s")
     if args.csv:
-        _bench.write_csv(rows, args.csv)
+        _bench.write_csv(rows, args.csv, targets=args.targets)
         say(f"wrote {args.csv}")
     if args.json:
-        _bench.write_json(rows, args.json, env)
+        _bench.write_json(rows, args.json, env, targets=args.targets)
         say(f"wrote {args.json}")
     if args.plot:
-        _bench.plot(rows, args.plot, env)
+        _bench.plot(rows, args.plot, env, targets=args.targets)
         say(f"wrote {args.plot}")
     return 0 if all(row.ours_ok for row in rows) else 1
 

@@ -24,7 +24,6 @@ import threading
 from importlib import metadata
 
 import numba
-from numba.np.ufunc import parallel as _numba_parallel
 
 _lock = threading.Lock()
 _forked_after_start = False  # this process is a fork of one whose layer had started
@@ -48,7 +47,7 @@ def _libtbb_path() -> str | None:
 
 def prefer_tbb() -> None:
     """Load libtbb before numba picks a layer, unless the user or numba already chose."""
-    if _numba_parallel._is_initialized or str(numba.config.THREADING_LAYER).lower() != "default":
+    if threading_layer() is not None or str(numba.config.THREADING_LAYER).lower() != "default":
         return
     path = _libtbb_path()
     if path is None:
@@ -78,11 +77,12 @@ def _serial(kernel):
 
 def launch(kernel, *args):
     """Call a ``parallel=True`` kernel in the way the active threading layer allows."""
-    if not _numba_parallel._is_initialized:
+    layer = threading_layer()
+    if layer is None:
         with _lock:  # the first launch picks the layer; two threads must not race it
-            if not _numba_parallel._is_initialized:
+            if threading_layer() is None:
                 return kernel(*args)
-    layer = _numba_parallel._threading_layer
+        layer = threading_layer()
     if layer == "tbb":
         return kernel(*args)
     if layer == "omp":
@@ -93,7 +93,7 @@ def launch(kernel, *args):
 
 def _after_fork_in_child() -> None:
     global _forked_after_start
-    if _numba_parallel._is_initialized:
+    if threading_layer() is not None:
         _forked_after_start = True
 
 

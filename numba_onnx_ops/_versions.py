@@ -1,6 +1,6 @@
 """Operator versions and their type constraints: the one table every check reads.
 
-Each entry is copied from ONNX's operator pages (``shared/spec``): MatMul has versions 1, 9, 13;
+Each entry is copied from ONNX's operator pages (``docs/spec``): MatMul has versions 1, 9, 13;
 Pow has 1, 7, 12, 13, 15.  An opset resolves to the newest version whose ``since_version`` is at
 or below it.
 """

@@ -5,12 +5,16 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._versions import MATMUL_TYPES, POW_TYPES
 from .matmul import matmul
 from .power import pow  # noqa: A004
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 # Shapes that walk every dispatch path: tiny, batched, odd sizes past the block edges, and
 # matrix-vector products; for Pow, every exponent class and broadcast pattern.
@@ -19,7 +23,7 @@ _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 
 
-def warmup(dtypes: Iterable | None = None, *, verbose: bool = False) -> dict[str, float]:
+def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) -> dict[str, float]:
     """Compile the kernels for ``dtypes`` now instead of at their first use.
 
     Compiled code goes to numba's on-disk cache (next to the package, or under
@@ -74,14 +78,14 @@ def compiled_specializations() -> dict[str, int]:
     Keys are ``module.function``; the kernels the front layers launch and the ``@njit``
     helpers they call are both listed (a helper gets a signature per caller type).
     """
-    from numba.core.registry import CPUDispatcher
+    from numba.extending import is_jitted
 
     kernels = {}
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(__package__ + "."):
             continue
         for value in vars(module).values():
-            if isinstance(value, CPUDispatcher) and value.signatures:
+            if is_jitted(value) and value.signatures:
                 func = value.py_func
                 kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
     return kernels

@@ -18,25 +18,30 @@ from __future__ import annotations
 
 import math
 import threading
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
-from numba.core import config as _numba_config
-from numba.core.compiler_lock import global_compiler_lock
 
 from ._broadcast import batch_offsets, broadcast_shape, flat_buffer
 from ._dtypes import NATIVE, as_input, kernel_view
 from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import matmul as _k
+from ._numba_private import compile_with_slp
 from ._parallel import launch
 from ._versions import MATMUL_TYPES, resolve_version
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _np_matmul = np.matmul  # the BLAS path (a module global, so tests can watch it)
 
 
-def matmul(A, B, *, opset: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
+def matmul(
+    A: ArrayLike, B: ArrayLike, *, opset: int | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
     """Matrix product of ``A`` and ``B`` as ONNX MatMul defines it (numpy.matmul's rules).
 
     Parameters
@@ -313,23 +318,13 @@ def _launch_slp(kernel, dtype: np.dtype, *args):
     """Launch ``kernel``, compiling it first with LLVM's SLP vectorizer for these types.
 
     numba turns SLP off by default (``NUMBA_SLP_VECTORIZE``); the small-matrix kernel needs it
-    to turn its straight-line rows into vector code.  The flag is set only while this one
-    signature compiles, under numba's compiler lock, so no other compilation sees it.
+    to turn its straight-line rows into vector code (see ``_numba_private.compile_with_slp``).
     """
     key = (kernel, dtype)  # the operands' dtype fixes every argument type of these kernels
     if key not in _SLP_BUILT:
-        with _SLP_LOCK, global_compiler_lock:
+        with _SLP_LOCK:
             if key not in _SLP_BUILT:
-                sig = tuple(kernel.typeof_pyval(x) for x in args)
-                # numba re-reads NUMBA_* variables at each compilation when they changed since
-                # it last looked, which would reset the flag set below: let it look first.
-                _numba_config.reload_config()
-                saved = _numba_config.SLP_VECTORIZE
-                _numba_config.SLP_VECTORIZE = 1
-                try:
-                    kernel.compile(sig)
-                finally:
-                    _numba_config.SLP_VECTORIZE = saved
+                compile_with_slp(kernel, tuple(kernel.typeof_pyval(x) for x in args))
                 _SLP_BUILT.add(key)
     return launch(kernel, *args)
 

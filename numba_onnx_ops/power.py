@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
@@ -14,10 +16,13 @@ from ._kernels import power as _k
 from ._parallel import launch
 from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 
 def pow(  # noqa: A001 - the ONNX operator's name
-    X,
-    Y,
+    X: ArrayLike,
+    Y: ArrayLike,
     *,
     opset: int | None = None,
     broadcast: int | None = None,

@@ -2,7 +2,7 @@
 
 Everything here is computed with numpy in higher precision (float64, the x87 80-bit
 ``np.longdouble``), with exact Python integers, or is transcribed from the spec pages in
-``/work/shared/spec``. Nothing imports the library under test.
+``docs/spec``. Nothing imports the library under test.
 """
 
 from __future__ import annotations

@@ -155,7 +155,8 @@ print(json.dumps(dict(numba=numba_import, nox=nox_import, cold=cold, warm=warm))
 
 
 def test_startup_costs(tmp_path):
-    """Bounds from issue 7, with slack for a shared machine (the note quotes exact figures)."""
+    """The start-up bounds (import at most 1.5 x numba + 0.1 s, first calls at most 0.5 s warm and
+    10 s cold), with 2x slack for a loaded machine."""
     code = STARTUP.replace("sys.argv[1]", repr(str(tmp_path / "cache")))
     figures = json.loads(_run_python(code, timeout=600))
     print(figures)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numba
 
+from .._numba_private import stamp_cache_index
+
 _PACKAGE = Path(__file__).resolve().parent.parent
 
 
@@ -36,7 +38,8 @@ def kernel(**options):
 
     numba validates a cached kernel against the hash of the one file that defines it, so an
     edit of an inlined helper in another module (``powmath.py`` say) would load stale machine
-    code; the index stamp here also covers every file in ``sources_stamp``.
+    code; the index stamp here also covers every file in ``sources_stamp``.  Where numba keeps
+    that stamp elsewhere than the versions this was checked on, the kernels are not cached.
     """
 
     def decorate(func):
@@ -44,11 +47,8 @@ def kernel(**options):
             dispatcher = numba.njit(cache=True, nogil=True, **options)(func)
         except RuntimeError:  # "cannot cache function ...: no locator available"
             return numba.njit(nogil=True, **options)(func)
-        try:
-            index = dispatcher._cache._cache_file
-            index._source_stamp = (index._source_stamp, sources_stamp())
-        except AttributeError:  # another numba's internals: its own stamp stays in force
-            pass
+        if not stamp_cache_index(dispatcher, sources_stamp()):
+            return numba.njit(nogil=True, **options)(func)
         return dispatcher
 
     return decorate

@@ -25,9 +25,8 @@ packed 63 at 1024^3 and 65 for float16, where direct, widening A at every use, m
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange, types
+from numba import carray, njit, prange, types
 from numba.extending import overload
-from numba.np.numpy_support import carray
 
 from ._jit import kernel
 from .convert import narrow, widen

@@ -8,7 +8,7 @@ compile lazily, per class and operand types, on first use.
 Operands arrive as flat buffers with an origin and per-axis element strides (0 on broadcast
 axes, see ``_broadcast``), or, for a single-element exponent, as a scalar (float64 for float
 bases, int64/uint64 for integer ones).  The output is a flat C-contiguous buffer.  Element
-rules follow ``shared/spec/semantics.md``; the float arithmetic is in ``powmath``.
+rules follow ``docs/spec/semantics.md``; the float arithmetic is in ``powmath``.
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange, types
+from numba import carray, njit, prange, types
 from numba.extending import overload
-from numba.np.numpy_support import carray
 
 from .._dtypes import NATIVE
 from ._jit import kernel

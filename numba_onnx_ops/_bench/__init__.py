@@ -1,0 +1,71 @@
+"""Peer comparison: numba_onnx_ops against numpy and onnxruntime, timed side by side.
+
+``python -m numba_onnx_ops bench`` runs every case of :mod:`.cases`.  For each case it
+
+1. builds seeded inputs (:mod:`.cases`),
+2. calls every contender (:mod:`.contenders`) once (for this library that first call includes
+   compilation) and checks each result against a reference (:mod:`.checking`: exact for integers,
+   a tolerance in ulps or in units of ``K * eps * (|A| @ |B|)`` for floats); a contender that
+   disagrees is reported and not timed,
+3. times the contenders interleaved (:mod:`.timing`): in each round every contender takes one
+   sample (as many back-to-back calls as last a few milliseconds), after a pause that lets the
+   previous contender's worker threads stop spinning; the order rotates from round to round, and
+   the median sample per contender is kept,
+4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
+   library is faster.  ``--targets`` adds the speed-up each case aims for.
+
+:mod:`.runner` ties the steps together.  matplotlib is needed only for ``--plot``.
+"""
+
+from __future__ import annotations
+
+from .cases import CASES, DEMO_CASES, TINY_DIM, Case, make_inputs, select_cases
+from .checking import POW_ULPS, check
+from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
+from .plot import check_plot_available, plot
+from .report import (
+    environment,
+    environment_line,
+    format_table,
+    row_record,
+    stderr_progress,
+    write_csv,
+    write_json,
+)
+from .runner import Row, run_case, run_comparison
+from .timing import SIZES, TIMINGS, Timing, time_interleaved, wait_until_idle
+
+__all__ = [
+    "CASES",
+    "CONTENDERS",
+    "DEMO_CASES",
+    "NUMPY",
+    "ORT",
+    "OURS",
+    "PEERS",
+    "POW_ULPS",
+    "SIZES",
+    "TIMINGS",
+    "TINY_DIM",
+    "UPCAST",
+    "Case",
+    "Row",
+    "Timing",
+    "Unavailable",
+    "check",
+    "check_plot_available",
+    "environment",
+    "environment_line",
+    "format_table",
+    "make_inputs",
+    "plot",
+    "row_record",
+    "run_case",
+    "run_comparison",
+    "select_cases",
+    "stderr_progress",
+    "time_interleaved",
+    "wait_until_idle",
+    "write_csv",
+    "write_json",
+]

@@ -1,0 +1,160 @@
+"""The cases of the peer comparison: what is compared, on which inputs.
+
+Each case is one operator call on seeded inputs of given dtypes and shapes, with the speed-up
+the project aims for (shown only by ``bench --targets``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+import ml_dtypes
+import numpy as np
+
+Shape = tuple[int, ...]
+
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+HALF_TYPES = (np.dtype(np.float16), BFLOAT16)
+
+#: Largest dimension of the ``tiny`` size: enough to reach every code path, too small to time.
+TINY_DIM = 7
+
+
+@dataclass(frozen=True)
+class Case:
+    """One comparison: an operator on two inputs of given dtypes and shapes.
+
+    ``exponent`` (Pow only) makes Y a 0-d array of that value; otherwise Y is random data of
+    ``shapes[1]``.  ``quick_shapes`` replaces ``shapes`` under ``--quick`` where a peer would take
+    seconds per call at full size.
+    """
+
+    name: str
+    op: str
+    dtypes: tuple[str, str]
+    shapes: tuple[Shape, Shape]
+    target: float
+    exponent: float | None = None
+    quick_shapes: tuple[Shape, Shape] | None = None
+
+    def shapes_at(self, size: str) -> tuple[Shape, Shape]:
+        if size == "quick" and self.quick_shapes is not None:
+            return self.quick_shapes
+        if size == "tiny":
+            # min(d, TINY_DIM) keeps equal dimensions equal and 1s as 1s: broadcasting survives.
+            return tuple(tuple(min(d, TINY_DIM) for d in s) for s in self.shapes)  # type: ignore[return-value]
+        return self.shapes
+
+    def label(self, size: str = "full") -> str:
+        (sa, sb), (da, db) = self.shapes_at(size), self.dtypes
+        if self.op == "MatMul":
+            return f"{da} {_fmt_shape(sa)} @ {_fmt_shape(sb)}"
+        if self.exponent is not None:
+            return f"{da} {_fmt_shape(sa)} ^ {db} {self.exponent:g}"
+        return f"{da} {_fmt_shape(sa)} ^ {db} {_fmt_shape(sb)}"
+
+
+def _mm(name, dtype, a, b, target, quick=None) -> Case:
+    return Case(name, "MatMul", (dtype, dtype), (a, b), target, quick_shapes=quick)
+
+
+def _pw(name, dtype, x, target, *, exponent=None, y_dtype=None, y_shape=()) -> Case:
+    return Case(name, "Pow", (dtype, y_dtype or dtype), (x, y_shape), target, exponent=exponent)
+
+
+_SQ = (1024, 1024)
+_SQ_QUICK = ((256, 256), (256, 256))  # numpy's half-type matmul is a scalar loop: 7 s at 1024
+_X = (1000, 10_000)  # 10 million elements
+
+#: The cases, each with the speed-up over the best peer it aims for (``bench --targets``).
+CASES: tuple[Case, ...] = (
+    _mm("matmul-f32-1024", "float32", _SQ, _SQ, 0.95),
+    _mm("matmul-f64-1024", "float64", _SQ, _SQ, 0.95),
+    _mm("matmul-f32-256", "float32", (256, 256), (256, 256), 1.0),
+    _mm("matmul-f16-1024", "float16", _SQ, _SQ, 1.0, quick=_SQ_QUICK),
+    _mm("matmul-bf16-1024", "bfloat16", _SQ, _SQ, 1.0, quick=_SQ_QUICK),
+    _mm("matmul-i32-512", "int32", (512, 512), (512, 512), 3.0),
+    _mm("matmul-u32-512", "uint32", (512, 512), (512, 512), 3.0),
+    _mm("matmul-i64-512", "int64", (512, 512), (512, 512), 2.0),
+    _mm("matmul-f32-batch4096x8x8", "float32", (4096, 8, 8), (4096, 8, 8), 3.0),
+    _mm("matmul-f32-batch64x128x64", "float32", (64, 128, 64), (64, 64, 128), 1.0),
+    _mm("matmul-f32-bcast8x8x256", "float32", (8, 1, 256, 256), (1, 8, 256, 256), 1.0),
+    _mm("matmul-f32-matvec4096", "float32", (4096, 4096), (4096,), 0.95),
+    _mm("matmul-f32-vecmat4096", "float32", (1, 4096), (4096, 4096), 0.95),
+    _mm("matmul-f32-4x4", "float32", (4, 4), (4, 4), 0.5),
+    _pw("pow-f32-e2", "float32", _X, 1.2, exponent=2.0),
+    _pw("pow-f32-e3.7", "float32", _X, 3.0, exponent=3.7),
+    _pw("pow-f32-e0.5", "float32", _X, 2.0, exponent=0.5),
+    _pw("pow-f32-same", "float32", _X, 3.0, y_shape=_X),
+    _pw("pow-f32-row", "float32", _X, 3.0, y_shape=(_X[1],)),
+    _pw("pow-f64-e3.7", "float64", _X, 1.5, exponent=3.7),
+    _pw("pow-i32-e3", "int32", _X, 1.2, exponent=3),
+    _pw("pow-i64-e3", "int64", _X, 1.2, exponent=3),
+    _pw("pow-f16-e2", "float16", _X, 2.0, exponent=2.0),
+    _pw("pow-f16-e3.7", "float16", _X, 2.0, exponent=3.7),
+    _pw("pow-f32-i64e2", "float32", _X, 1.2, exponent=2, y_dtype="int64"),
+    _pw("pow-bf16-f32e3.7", "bfloat16", _X, 3.0, exponent=3.7, y_dtype="float32"),
+)
+
+#: The short comparison of the main job (``python -m numba_onnx_ops``): one case per kind of
+#: kernel, so that it stays well under a minute with compilation.
+DEMO_CASES = (
+    "matmul-f32-256",
+    "matmul-i32-512",
+    "matmul-f32-batch4096x8x8",
+    "pow-f32-e3.7",
+    "pow-f32-row",
+    "pow-f16-e2",
+)
+
+
+def select_cases(patterns: Sequence[str] | None) -> list[Case]:
+    """The cases whose name matches any pattern (a glob, or a plain substring), in table order.
+
+    Raises
+    ------
+    ValueError
+        If a pattern matches no case.
+    """
+    if not patterns:
+        return list(CASES)
+    unmatched = [p for p in patterns if not any(_matches(c.name, p) for c in CASES)]
+    if unmatched:
+        names = ", ".join(c.name for c in CASES)
+        raise ValueError(f"no case matches {unmatched}; the cases are: {names}")
+    return [c for c in CASES if any(_matches(c.name, p) for p in patterns)]
+
+
+def _matches(name: str, pattern: str) -> bool:
+    return fnmatchcase(name, pattern) or pattern in name
+
+
+def make_inputs(case: Case, size: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded inputs of ``case`` at ``size``: small integers, floats of moderate magnitude.
+
+    Pow bases are positive (a non-integer power of a negative base is NaN, the special-value path);
+    integer bases in [-1000, 1000) cube without overflow.
+    """
+    rng = np.random.default_rng(seed)
+    (sa, sb), (da, db) = case.shapes_at(size), (np.dtype(d) for d in case.dtypes)
+    if case.op == "MatMul":
+        return _random(rng, sa, da, (-1.0, 1.0), (-100, 100)), _random(
+            rng, sb, db, (-1.0, 1.0), (-100, 100)
+        )
+    x = _random(rng, sa, da, (0.25, 4.0), (-1000, 1000))
+    if case.exponent is not None:
+        return x, np.asarray(case.exponent).astype(db)
+    return x, _random(rng, sb, db, (-3.0, 3.0), (0, 4))
+
+
+def _random(rng, shape, dtype, float_range, int_range) -> np.ndarray:
+    if dtype.kind in "iu":
+        lo = max(int_range[0], 0) if dtype.kind == "u" else int_range[0]
+        return rng.integers(lo, int_range[1], size=shape).astype(dtype)
+    return rng.uniform(*float_range, size=shape).astype(dtype)
+
+
+def _fmt_shape(shape: Shape) -> str:
+    return "(" + ",".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"

@@ -1,0 +1,118 @@
+"""The agreement check: every contender's result is compared with a reference before timing."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import ml_dtypes
+import numpy as np
+
+from .cases import BFLOAT16, Case
+
+#: The agreement tolerance of Pow results in units in the last place of the output type.  The
+#: library promises 1 ulp; peers such as onnxruntime's ``x*x*x`` in float32 come within 2.
+POW_ULPS = 2.0
+
+
+def check(case: Case, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str | None:
+    """``None`` when ``out`` agrees with the reference for ``case`` on inputs ``a``, ``b``;
+    otherwise a short reason."""
+    if case.op == "MatMul":
+        return _check_matmul(a, b, out)
+    expected = np.broadcast_shapes(a.shape, b.shape)
+    if out.shape != expected or out.dtype != a.dtype:
+        return f"got {out.dtype} {out.shape}, expected {a.dtype} {expected}"
+    return _check_pow(a, b, out)
+
+
+def _check_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str | None:
+    # numpy's integer matmul is exact modulo 2**bits; floats are compared with a float64 product.
+    exact = a.dtype.kind in "iu"
+    a64, b64 = (a, b) if exact else (a.astype(np.float64), b.astype(np.float64))
+    ref = np.matmul(a64, b64)
+    if out.shape != ref.shape or out.dtype != a.dtype:
+        return f"got {out.dtype} {out.shape}, expected {a.dtype} {ref.shape}"
+    if exact:
+        bad = np.count_nonzero(out != ref)
+        return f"{bad} of {out.size} entries differ" if bad else None
+    # Summation error of any order is at most K * eps * (|A| @ |B|); add one rounding to output.
+    k = a.shape[-1]
+    eps_acc = np.finfo(np.float64 if a.dtype == np.float64 else np.float32).eps
+    bound = k * eps_acc * np.matmul(np.abs(a64), np.abs(b64)) + _eps(a.dtype) * np.abs(ref)
+    err = np.abs(out.astype(np.float64) - ref)
+    bad = np.count_nonzero(~(err <= bound))
+    if bad:
+        worst = float(np.max(err - bound))
+        return f"{bad} of {out.size} entries beyond K*eps*(|A|@|B|) (by up to {worst:.3g})"
+    return None
+
+
+def _check_pow(x: np.ndarray, y: np.ndarray, out: np.ndarray, samples: int = 100_000) -> str | None:
+    """Compare a random sample of ``out`` with a reference: longdouble ``pow`` rounded to the
+    output type for floats (within ``POW_ULPS``), exact integer powers with wraparound."""
+    rng = np.random.default_rng(1)
+    n = out.size
+    flat = rng.choice(n, size=min(n, samples), replace=False) if n > samples else np.arange(n)
+    index = np.unravel_index(flat, out.shape)
+    xs = np.broadcast_to(x, out.shape)[index]
+    ys = np.broadcast_to(y, out.shape)[index]
+    got = out[index]
+    if x.dtype.kind in "iu":
+        ref = _int_pow_reference(xs, ys)
+        bad = np.count_nonzero(got != ref)
+        return f"{bad} of {got.size} sampled entries differ" if bad else None
+    ref = np.power(xs.astype(np.longdouble), ys.astype(np.float64).astype(np.longdouble))
+    ref = ref.astype(np.float64).astype(x.dtype)  # round once (twice for the half types: harmless)
+    ulps = _ulp_distance(got, ref)
+    bad = np.count_nonzero(~(ulps <= POW_ULPS))
+    if bad:
+        return (
+            f"{bad} of {got.size} sampled entries beyond {POW_ULPS:g} ulp (max {np.max(ulps):.3g})"
+        )
+    return None
+
+
+def _int_pow_reference(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """The project's integer Pow semantics, element by element in Python integers."""
+    info = np.iinfo(xs.dtype)
+    bits = info.bits
+    result = np.empty(xs.shape, xs.dtype)
+    for i, (xv, yv) in enumerate(zip(xs.tolist(), ys.tolist(), strict=True)):
+        if isinstance(yv, float):  # float exponent: float64 pow truncated, out of range -> min
+            r = math.pow(xv, yv) if (xv != 0 or yv >= 0) else math.inf
+            ok = math.isfinite(r) and info.min <= math.trunc(r) <= info.max
+            result[i] = math.trunc(r) if ok else info.min
+        elif yv >= 0:
+            v = builtins.pow(xv, yv, 1 << bits)  # the package's pow shadows the builtin
+            result[i] = v - (1 << bits) if info.min < 0 and v > info.max else v
+        else:  # negative integer exponent: the truncated true value
+            if xv == 1:
+                result[i] = 1
+            elif xv == -1:
+                result[i] = -1 if yv % 2 else 1
+            else:
+                result[i] = info.min if xv == 0 else 0
+    return result
+
+
+def _finfo(dtype: np.dtype):
+    return ml_dtypes.finfo(dtype) if dtype == BFLOAT16 else np.finfo(dtype)
+
+
+def _eps(dtype: np.dtype) -> float:
+    return float(_finfo(dtype).eps)
+
+
+def _ulp_distance(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """|got - ref| in units in the last place of ``ref`` in its own type (0 for equal values,
+    equal infinities and NaN against NaN; inf for any other mismatch involving inf or NaN)."""
+    info = _finfo(ref.dtype)
+    g, r = got.astype(np.float64), ref.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        exponent = np.floor(np.log2(np.abs(r)))
+        exponent = np.maximum(np.where(np.isfinite(exponent), exponent, info.minexp), info.minexp)
+        ulp = np.ldexp(1.0, (exponent - info.nmant).astype(np.int64))
+        dist = np.abs(g - r) / ulp
+    same = (g == r) | (np.isnan(g) & np.isnan(r))
+    return np.where(same, 0.0, np.where(np.isfinite(dist), dist, np.inf))

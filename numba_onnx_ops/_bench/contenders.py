@@ -1,0 +1,105 @@
+"""The contenders: this library and its peers, each a zero-argument call with its inputs bound.
+
+Peers: ``numpy`` (what a user writes: ``a @ b``, ``x ** 3.7``, cast back to the input dtype where
+numpy promotes), ``numpy f32 upcast`` for the half types (``float32`` compute, one cast back), and
+``onnxruntime`` (a one-node model, CPU provider, as many intra-op threads as numba uses, the session
+built once), when installed.  Only the public API of the package is used here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from .. import matmul, pow
+from .cases import HALF_TYPES, Case
+
+OURS = "numba_onnx_ops"
+NUMPY = "numpy"
+UPCAST = "numpy f32 upcast"
+ORT = "onnxruntime"
+CONTENDERS = (OURS, NUMPY, UPCAST, ORT)
+PEERS = CONTENDERS[1:]
+
+#: Default-domain opset of the onnxruntime models: MatMul-13 and Pow-15 (the newest versions).
+ORT_OPSET = {"MatMul": 13, "Pow": 15}
+
+
+class Unavailable(Exception):
+    """A contender that cannot run this case (not installed, or no kernel for these dtypes)."""
+
+
+def _ours(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    op = matmul if case.op == "MatMul" else pow
+    return lambda: op(a, b)
+
+
+def _numpy(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    if case.op == "MatMul":
+        expr = np.matmul
+    elif b.ndim == 0:
+        # A Python scalar, as a numpy user writes it: weakly typed, and numpy's ``**`` takes its
+        # shortcuts (square, sqrt, reciprocal) only for scalars.
+        y = int(b) if b.dtype.kind in "iu" else float(b)
+
+        def expr(x, _b):
+            return x**y
+    else:
+        expr = np.power
+    # Where numpy promotes (bfloat16 results come back as float32, float32 ** int64 arrays as
+    # float64), the cast back to the input dtype is part of the work. A 1x1 probe tells.
+    if expr(np.ones((1, 1), a.dtype), np.ones((1, 1), b.dtype)).dtype == a.dtype:
+        return lambda: expr(a, b)
+    return lambda: expr(a, b).astype(a.dtype)
+
+
+def _numpy_upcast(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    if a.dtype not in HALF_TYPES:
+        raise Unavailable("-")  # only the half types have a float32 detour
+    f32 = np.float32
+    if case.op == "MatMul":
+        return lambda: np.matmul(a.astype(f32), b.astype(f32)).astype(a.dtype)
+    if b.ndim == 0:
+        y = f32(b)
+        return lambda: (a.astype(f32) ** y).astype(a.dtype)
+    return lambda: np.power(a.astype(f32), b.astype(f32)).astype(a.dtype)
+
+
+def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    try:
+        import onnxruntime as ort
+        from onnx import helper
+    except ImportError as exc:
+        raise Unavailable(f"not installed ({exc.name})") from None
+    import numba
+
+    def info(name, dtype):
+        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
+
+    out_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+    graph = helper.make_graph(
+        [helper.make_node(case.op, ["a", "b"], ["out"])],
+        f"{case.op.lower()}_bench",
+        [info("a", a.dtype), info("b", b.dtype)],
+        [helper.make_tensor_value_info("out", out_type, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ORT_OPSET[case.op])])
+    model.ir_version = 10  # onnxruntime reads IR <= 11; onnx may write a newer one
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = numba.get_num_threads()  # the same thread count as ours
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(
+            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own error types, e.g. NotImplemented
+        kernel = f"{case.op}({a.dtype}, {b.dtype})"
+        reason = f"no {kernel} kernel" if "NOT_IMPLEMENTED" in str(exc) else str(exc)
+        raise Unavailable(reason) from None
+    feeds = {"a": a, "b": b}
+    return lambda: session.run(["out"], feeds)[0]
+
+
+FACTORIES = {OURS: _ours, NUMPY: _numpy, UPCAST: _numpy_upcast, ORT: _onnxruntime}

@@ -1,0 +1,195 @@
+"""Reporting: the environment line, the markdown table, CSV and JSON records."""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import ml_dtypes
+import numpy as np
+
+from .. import __version__
+from .contenders import CONTENDERS, OURS
+
+if TYPE_CHECKING:
+    from .runner import Row
+
+
+def environment() -> dict[str, Any]:
+    """Versions, threads and processor: what a reader of the numbers needs to know."""
+    import numba
+
+    try:
+        import onnxruntime
+
+        ort_version = onnxruntime.__version__
+    except ImportError:
+        ort_version = None
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "numba_onnx_ops": __version__,
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "ml_dtypes": ml_dtypes.__version__,
+        "onnxruntime": ort_version,
+        "python": platform.python_version(),
+        "threads": numba.get_num_threads(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+    }
+
+
+def environment_line(env: dict[str, Any]) -> str:
+    ort = env["onnxruntime"] or "not installed"
+    return (
+        f"numba_onnx_ops {env['numba_onnx_ops']}, numpy {env['numpy']}, numba {env['numba']}, "
+        f"onnxruntime {ort}; {env['threads']} threads on {env['cores']} cores ({env['cpu']})"
+    )
+
+
+def fmt_time(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} us"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds:.3g} s"
+
+
+def fmt_ratio(ratio: float) -> str:
+    return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
+
+
+def fmt_first_calls(row: Row) -> str:
+    parts = [f"{n} {fmt_time(t)}" for n, t in row.first_call.items()]
+    verdict = (
+        "all agree"
+        if all(s in ("ok", "-") or s.startswith("n/a") for s in row.status.values())
+        else "MISMATCH"
+    )
+    return ", ".join(parts) + f" ({OURS} includes compiling); {verdict}"
+
+
+def _cell(row: Row, name: str) -> str:
+    if name in row.times:
+        return fmt_time(row.times[name])
+    status = row.status.get(name, "-")
+    return status.split(":", 1)[0] if status != "-" else "-"
+
+
+def format_table(
+    rows: Sequence[Row], contenders: Sequence[str] = CONTENDERS, *, targets: bool = False
+) -> str:
+    """A markdown table: one line per case with the medians, the best peer and the speed-up
+    (best peer's median / ours).  ``targets`` adds the speed-up each case aims for and whether
+    this run reached it (a developer's view)."""
+    header = ["case", "inputs", *contenders, "best peer", "speed-up"]
+    if targets:
+        header += ["target", "met"]
+    lines = [header]
+    for row in rows:
+        best = row.best_peer
+        ratio = row.ratio
+        line = [
+            row.case.name,
+            row.case.label(row.size),
+            *(_cell(row, n) for n in contenders),
+            best[0] if best else "-",
+            fmt_ratio(ratio) if ratio is not None else "-",
+        ]
+        if targets:
+            met = {True: "yes", False: "no", None: "-"}[row.met]
+            target = f">= {row.case.target:g}"
+            line += [target if row.judged else f"({target})", met]
+        if not row.ours_ok:
+            line[-1] += " (ours " + row.status.get(OURS, "missing").split(":", 1)[0] + ")"
+        lines.append(line)
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    out = []
+    for i, line in enumerate(lines):
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
+        if i == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    notes = _notes(rows, targets)
+    return "\n".join(out + ([""] + notes if notes else []))
+
+
+def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
+    notes = []
+    for row in rows:
+        for name, status in row.status.items():
+            if status not in ("ok", "-"):
+                notes.append(f"- {row.case.name}, {name}: {status}")
+    if targets and any(not row.judged for row in rows):
+        notes.append(
+            "- target in parentheses: not the target's shapes (or --size tiny), so no verdict"
+        )
+    return notes
+
+
+def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
+    """A flat, JSON- and CSV-friendly record of one row (times in seconds); ``targets`` adds the
+    case's target speed-up and whether it was met."""
+    (sa, sb), best = row.case.shapes_at(row.size), row.best_peer
+    record: dict[str, Any] = {
+        "case": row.case.name,
+        "op": row.case.op,
+        "inputs": row.case.label(row.size),
+        "size": row.size,
+        "dtype_a": row.case.dtypes[0],
+        "dtype_b": row.case.dtypes[1],
+        "shape_a": list(sa),
+        "shape_b": list(sb),
+    }
+    for name in CONTENDERS:
+        key = name.replace(" ", "_")
+        record[f"{key}_s"] = row.times.get(name)
+        record[f"{key}_status"] = row.status.get(name, "-")
+    record.update(
+        {
+            "ours_first_call_s": row.first_call.get(OURS),
+            "rounds": row.rounds,
+            "best_peer": best[0] if best else None,
+            "best_peer_s": best[1] if best else None,
+            "speed_up": row.ratio,
+        }
+    )
+    if targets:
+        record.update({"target": row.case.target, "met": row.met})
+    return record
+
+
+def write_csv(rows: Sequence[Row], path: str, *, targets: bool = False) -> None:
+    records = [row_record(r, targets=targets) for r in rows]
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["case"])
+        writer.writeheader()
+        for record in records:
+            writer.writerow(
+                {k: "x".join(map(str, v)) if isinstance(v, list) else v for k, v in record.items()}
+            )
+
+
+def write_json(
+    rows: Sequence[Row], path: str, env: dict[str, Any], *, targets: bool = False
+) -> None:
+    records = [row_record(r, targets=targets) for r in rows]
+    with open(path, "w") as f:
+        json.dump({"environment": env, "rows": records}, f, indent=1)
+        f.write("\n")
+
+
+def stderr_progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,119 @@
+"""Running the comparison: check every contender once, then time those that agree."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cases import Case, make_inputs
+from .checking import check
+from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
+from .report import fmt_first_calls, fmt_ratio, fmt_time
+from .timing import TIMINGS, time_interleaved
+
+
+@dataclass
+class Row:
+    """The outcome of one case: median seconds per contender, or why there is none."""
+
+    case: Case
+    size: str
+    times: dict[str, float] = field(default_factory=dict)
+    first_call: dict[str, float] = field(default_factory=dict)
+    status: dict[str, str] = field(default_factory=dict)  # "ok", "n/a: ...", "wrong: ...", ...
+    rounds: int = 0
+
+    @property
+    def best_peer(self) -> tuple[str, float] | None:
+        peers = [(self.times[p], p) for p in PEERS if p in self.times]
+        return (min(peers)[1], min(peers)[0]) if peers else None
+
+    @property
+    def ratio(self) -> float | None:
+        best = self.best_peer
+        if best is None or OURS not in self.times:
+            return None
+        return best[1] / self.times[OURS]
+
+    @property
+    def judged(self) -> bool:
+        """Whether the target applies: the target's shapes, timed for real (not ``tiny``)."""
+        return self.size != "tiny" and self.case.shapes_at(self.size) == self.case.shapes
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the speed-up reaches the case's target (``None`` when not :attr:`judged`)."""
+        if self.ratio is None or not self.judged:
+            return None
+        return self.ratio >= self.case.target
+
+    @property
+    def ours_ok(self) -> bool:
+        return self.status.get(OURS) == "ok"
+
+
+def run_case(
+    case: Case,
+    size: str = "full",
+    contenders: Sequence[str] = CONTENDERS,
+    progress: Callable[[str], None] | None = None,
+) -> Row:
+    """Check and time one case (see the module docstring)."""
+    say = progress or (lambda _msg: None)
+    row = Row(case, size)
+    a, b = make_inputs(case, size)
+    funcs: dict[str, Callable[[], Any]] = {}
+    for name in contenders:
+        try:
+            func = FACTORIES[name](case, a, b)
+            t0 = time.perf_counter()
+            out = func()
+            row.first_call[name] = time.perf_counter() - t0
+        except Unavailable as exc:
+            row.status[name] = "-" if str(exc) == "-" else f"n/a: {exc}"
+            continue
+        except Exception as exc:  # a failing contender is reported, not fatal to the run
+            row.status[name] = f"error: {type(exc).__name__}: {exc}"
+            continue
+        problem = check(case, a, b, out)
+        del out
+        row.status[name] = f"wrong: {problem}" if problem else "ok"
+        if problem is None:
+            funcs[name] = func
+    say("  first call " + fmt_first_calls(row))
+    for name, status in row.status.items():
+        if status not in ("ok", "-"):
+            say(f"  {name}: {status}")
+    if not funcs:
+        return row
+    # One more call each: a steadier estimate than the first (which for us includes compiling).
+    estimates = {}
+    for name, func in funcs.items():
+        t0 = time.perf_counter()
+        func()
+        estimates[name] = time.perf_counter() - t0
+    samples = time_interleaved(funcs, estimates, TIMINGS[size])
+    row.times = {name: statistics.median(s) for name, s in samples.items()}
+    row.rounds = len(next(iter(samples.values())))
+    ratio = f"  speed-up {fmt_ratio(row.ratio)}" if row.ratio is not None else ""
+    medians = ", ".join(f"{n} {fmt_time(t)}" for n, t in row.times.items())
+    say(f"  median of {row.rounds} rounds: {medians}{ratio}")
+    return row
+
+
+def run_comparison(
+    cases: Sequence[Case],
+    size: str = "full",
+    contenders: Sequence[str] = CONTENDERS,
+    progress: Callable[[str], None] | None = None,
+) -> list[Row]:
+    """Run :func:`run_case` on each case in turn, announcing each through ``progress``."""
+    rows = []
+    for i, case in enumerate(cases, 1):
+        if progress:
+            progress(f"[{i}/{len(cases)}] {case.name}: {case.label(size)}")
+        rows.append(run_case(case, size, contenders, progress))
+    return rows

@@ -1,0 +1,92 @@
+"""Timing: contenders interleaved round by round, with pauses for the peers' threads to go idle."""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How much measuring a size gets: rounds of interleaved calls and a time budget."""
+
+    min_rounds: int
+    max_rounds: int
+    budget_s: float  # stop after min_rounds once a case has spent this long measuring
+    min_sample_s: float  # calls are repeated within a round until one sample lasts this long
+    # Before each sample, wait (up to this long) until the process uses no CPU. Worker threads
+    # keep spinning after a parallel call: measured here, OpenBLAS's (numpy) and onnxruntime's
+    # burn about half a core for 100 ms after each call, which slows whichever contender runs
+    # next on 2 cores by up to several times.
+    settle_s: float
+    # ... and pause at least this long before each sample, idle or not. onnxruntime's pool threads
+    # spin 10-50 ms after a run without always showing as CPU time in a 5 ms window: a float32
+    # x ** 3.7 of ours took 21-23 ms right after an onnxruntime call, 12.7 ms after a 50 ms pause
+    # (alone: 10-13 ms); a 10 ms pause was not enough.
+    min_pause_s: float = 0.05
+
+
+TIMINGS = {
+    "full": Timing(min_rounds=7, max_rounds=31, budget_s=5.0, min_sample_s=5e-3, settle_s=0.3),
+    "quick": Timing(min_rounds=3, max_rounds=9, budget_s=1.0, min_sample_s=2e-3, settle_s=0.3),
+    # tiny checks that every case runs; its times mean nothing, so it does not pause.
+    "tiny": Timing(
+        min_rounds=2, max_rounds=2, budget_s=0.0, min_sample_s=0.0, settle_s=0.0, min_pause_s=0.0
+    ),
+}
+SIZES = tuple(TIMINGS)
+
+
+def wait_until_idle(limit_s: float, window_s: float = 5e-3, min_s: float = 0.0) -> float:
+    """Sleep ``min_s``, then until this process's threads stop using CPU (less than a fifth of a
+    core over a ``window_s`` window), or ``limit_s`` has passed; return the seconds waited."""
+    start = time.perf_counter()
+    if min_s > 0:
+        time.sleep(min_s)
+    while time.perf_counter() - start < limit_s:
+        cpu = time.process_time()
+        time.sleep(window_s)
+        if time.process_time() - cpu < 0.2 * window_s:
+            break
+    return time.perf_counter() - start
+
+
+def time_interleaved(
+    funcs: dict[str, Callable[[], Any]], estimates: dict[str, float], timing: Timing
+) -> dict[str, list[float]]:
+    """Seconds per call of each function, one sample per round, rounds interleaved.
+
+    ``estimates`` (seconds per call) set how many calls make one sample, so that a sample lasts
+    at least ``timing.min_sample_s``.  Rounds go on until ``timing.min_rounds`` are done and
+    ``timing.budget_s`` is spent, or ``timing.max_rounds``; a case whose slowest call takes over
+    a second settles for three rounds.
+    """
+    names = list(funcs)
+    number = {n: max(1, math.ceil(timing.min_sample_s / max(estimates[n], 1e-9))) for n in names}
+    min_rounds = timing.min_rounds
+    if max(estimates.values(), default=0.0) > 1.0:
+        min_rounds = min(min_rounds, 3)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    start = time.perf_counter()  # the budget counts the pauses too
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(timing.max_rounds):
+            shift = r % max(len(names), 1)
+            for name in names[shift:] + names[:shift]:
+                func, count = funcs[name], number[name]
+                wait_until_idle(timing.settle_s, min_s=timing.min_pause_s)
+                t0 = time.perf_counter()
+                for _ in range(count):
+                    func()
+                samples[name].append((time.perf_counter() - t0) / count)
+            if r + 1 >= min_rounds and time.perf_counter() - start >= timing.budget_s:
+                break
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return samples
