@@ -65,9 +65,10 @@ def task_threads(ntasks: int) -> int:
 
 
 def _run_in_task(func, ntasks, *args, **kwargs):
-    """Call ``func`` with numba's thread count (per calling thread) set for this task."""
+    """Call ``func`` with numba's thread count (per calling thread) set for this task; a lower
+    count the calling thread already had is kept."""
     previous = numba.get_num_threads()
-    numba.set_num_threads(task_threads(ntasks))
+    numba.set_num_threads(min(previous, task_threads(ntasks)))
     try:
         return func(*args, **kwargs)
     finally:
@@ -86,14 +87,17 @@ def _standin(x):
             f"dask array of shape {x.shape} has unknown chunk sizes; "
             "call compute_chunk_sizes() on it first"
         )
-    return np.broadcast_to(np.zeros((), x.dtype), x.shape)
+    # Native byte order: the blocks convert their own, and a stand-in must never be copied.
+    dtype = x.dtype if x.dtype.isnative else x.dtype.newbyteorder("=")
+    return np.broadcast_to(np.zeros((), dtype), x.shape)
 
 
-def _as_dask(x, standin: np.ndarray) -> da.Array:
-    """A dask operand as is; a numpy operand (already validated and converted) as one block."""
+def _as_dask(x, validated: np.ndarray) -> da.Array:
+    """A dask operand as is; a numpy operand as one block of its validated array (the dtype
+    conversions of weak scalars and byte order already made)."""
     if isinstance(x, da.Array):
         return x
-    return da.from_array(standin, chunks=standin.shape or ())
+    return da.from_array(validated, chunks=validated.shape or ())
 
 
 def _no_out(label: str, out) -> None:
@@ -134,11 +138,14 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
     if y.size == 1 and not isinstance(Y, da.Array):
         # A one-element numpy exponent: a value in every task.  Its dimensions are all 1, so
         # the result is X's blocks with leading unit dimensions where Y has more.
-        xd = _as_dask(X, x).reshape(shape) if x.shape != shape else _as_dask(X, x)
+        xd = _as_dask(X, x)
+        xd = xd[(None,) * (nd - xd.ndim)] if xd.ndim < nd else xd
         value = np.ascontiguousarray(y).reshape(())
-        ntasks = xd.npartitions
         return xd.map_blocks(
-            partial(_run_in_task, _pow_block, ntasks), value, block_opset, dtype=x.dtype
+            partial(_run_in_task, _pow_block, xd.npartitions),
+            value,
+            block_opset,
+            meta=np.empty((0,) * nd, x.dtype),
         )
     xd = _as_dask(X, x)
     yd = _as_dask(Y, y)
@@ -253,7 +260,7 @@ def matmul(A, B, *, opset=None, out=None):
         )
         result = partials.sum(axis=nd - 2, dtype=acc)
         if acc != dtype:
-            result = result.map_blocks(_round_half, dtype, dtype=dtype)
+            result = result.map_blocks(_round_half, dtype, meta=np.empty((0,) * nd, dtype))
     if a.ndim == 1:
         result = result[..., 0, :] if b.ndim > 1 else result[..., 0]
     if b.ndim == 1:

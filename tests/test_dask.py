@@ -161,6 +161,13 @@ def test_pow1_legacy_broadcast(yshape, axis, dask_y, rng):
     assert_same_values(compute_sync(r), expected, what=f"{yshape} axis={axis}")
 
 
+def test_non_native_byte_order(rng):
+    x = pow_base(rng, (12, 10), F32).astype(">f4")
+    a = random_array(rng, (12, 10), np.int64).astype(">i8")
+    assert_same_values(compute_sync(nox.pow(lazy(x, (5, 4)), 1.5)), nox.pow(x, 1.5))
+    assert_same_values(compute_sync(nox.matmul(lazy(a, (5, 4)), a.T)), nox.matmul(a, a.T))
+
+
 # --------------------------------------------------------------------------------------------
 # MatMul
 # --------------------------------------------------------------------------------------------
