@@ -1,8 +1,12 @@
-"""Oracles for the test suite, independent of numba_onnx_ops.
+"""Oracles for the test suite, independent of numba_onnx_ops' kernels.
 
-Everything here is computed with numpy in higher precision (float64, the x87 80-bit
-``np.longdouble``), with exact Python integers, or is transcribed from the spec pages in
-``docs/spec``. Nothing imports the library under test.
+Everything here is computed with numpy in higher precision (float64, an 80-bit or wider
+``np.longdouble``, mpmath where ``long double`` is no wider than float64), with exact Python
+integers, or is transcribed from the spec pages in ``docs/spec``.  The one piece of the
+package imported is ``numba_onnx_ops._reference`` (integer Pow and ulp distances in pure
+Python, shared with the benchmark's agreement check), which runs no kernel.  No oracle calls
+numpy's or the C library's float ``pow``/``exp``/``log`` in float64 or narrower: those are not
+correctly rounded everywhere.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import math
 
 import ml_dtypes
 import numpy as np
+
+from numba_onnx_ops._reference import pow_int, ulp_distance
 
 # --------------------------------------------------------------------------------------------
 # dtypes
@@ -127,37 +133,6 @@ def round_to_format(values, dtype) -> np.ndarray:
     v[finite] = r
     # every value is now representable in float64, so the remaining casts are exact
     return v.astype(np.float64).astype(dtype)
-
-
-def _ordered(a: np.ndarray) -> np.ndarray:
-    """Map floats onto integers in the same order, adjacent floats on adjacent integers.
-
-    +0 and -0 both map to 0.
-    """
-    a = np.asarray(a)
-    signed = {2: np.int16, 4: np.int32, 8: np.int64}[a.dtype.itemsize]
-    bits = np.ascontiguousarray(a).view(signed).astype(np.int64)
-    lowest = np.int64(-(2 ** (8 * a.dtype.itemsize - 1)))
-    return np.where(bits < 0, lowest - bits, bits)
-
-
-def ulp_distance(a, b) -> np.ndarray:
-    """Number of representable values between a and b (same dtype), as float64.
-
-    NaN anywhere gives NaN; +0 and -0 are at distance 0.
-    """
-    a = np.asarray(a)
-    b = np.asarray(b, dtype=a.dtype)
-    oa, ob = _ordered(a), _ordered(b)
-    # |oa - ob| can exceed int64 only when the signs differ; then add magnitudes in float64
-    same_sign = (oa >= 0) == (ob >= 0)
-    diff = np.where(
-        same_sign,
-        np.abs(np.where(same_sign, oa, 0) - np.where(same_sign, ob, 0)).astype(np.float64),
-        np.abs(oa.astype(np.float64)) + np.abs(ob.astype(np.float64)),
-    )
-    nan = np.isnan(a.astype(np.float64)) | np.isnan(b.astype(np.float64))
-    return np.where(nan, np.nan, diff)
 
 
 def ulp_of(values, dtype) -> np.ndarray:
@@ -352,73 +327,105 @@ def base_as_longdouble(x) -> np.ndarray:
     return x.astype(np.longdouble)
 
 
-def _c99_power(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """np.power on materialised, equally shaped operands.
+def _odd_integer(y: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(y) & (np.floor(y) == y) & (np.fmod(y, 2) != 0)
 
-    numpy 2.4 computes ``x ** 0.5`` as ``sqrt(x)`` when the exponent is a broadcast scalar
-    (stride 0), which breaks C99 (pow(-0, 0.5) = +0, pow(-inf, 0.5) = +inf); with full arrays it
-    calls the C library's pow, which follows C99 Annex F.
-    """
-    xb, yb = (np.array(a, copy=True) for a in np.broadcast_arrays(x, y))
-    with np.errstate(all="ignore"):
-        return np.asarray(np.power(xb, yb))
+
+def c99_pow_special(x, y) -> tuple[np.ndarray, np.ndarray]:
+    """(where, value): C99 Annex F.10.4.4's exact ``pow`` results, written out, on float64
+    ``x`` and ``y`` of one shape; ``where`` is False for the ordinary cases (finite nonzero x,
+    finite y, and not a negative x with a non-integer y)."""
+    x = np.asarray(x, np.float64)
+    y = np.asarray(y, np.float64)
+    odd = _odd_integer(y)
+    inf, nan = np.inf, np.nan
+    value = np.full(x.shape, np.nan)
+    where = np.isnan(x) | np.isnan(y)  # NaN unless one of the rules below says otherwise
+    with np.errstate(invalid="ignore"):
+        rules = [
+            # (condition, result), later rules win
+            ((x == 0) & (y > 0), np.where(odd, x, 0.0)),
+            ((x == 0) & (y < 0), np.where(odd, np.copysign(inf, x), inf)),
+            (np.isinf(y) & (np.abs(x) < 1), np.where(y > 0, 0.0, inf)),
+            (np.isinf(y) & (np.abs(x) > 1), np.where(y > 0, inf, 0.0)),
+            (np.isinf(y) & (x == -1), np.ones(x.shape)),
+            ((x == -inf) & (y < 0), np.where(odd, -0.0, 0.0)),
+            ((x == -inf) & (y > 0), np.where(odd, -inf, inf)),
+            ((x == inf) & (y < 0), np.zeros(x.shape)),
+            ((x == inf) & (y > 0), np.full(x.shape, inf)),
+            ((x < 0) & (x > -inf) & np.isfinite(y) & (np.floor(y) != y), np.full(x.shape, nan)),
+            (x == 1, np.ones(x.shape)),
+            (y == 0, np.ones(x.shape)),
+        ]
+    for cond, result in rules:
+        value = np.where(cond, result, value)
+        where |= cond
+    return where, value
+
+
+#: ``long double`` is x87's 80-bit format (or IEEE quad) here: its ``powl`` is an oracle for
+#: float64 and narrower.  Elsewhere (64-bit ``long double``) mpmath computes each value.
+LONGDOUBLE_IS_WIDE = np.finfo(np.longdouble).nmant >= 63
 
 
 def pow_float_exact(x, y) -> np.ndarray:
-    """x ** float64(y) in long double, for float X.
+    """x ** float64(y) in higher precision, for float X, as longdouble.
 
-    Where x is zero or infinite or y is not finite, the (exact) special value comes from
-    float64 pow instead: glibc's x87 powl gets pow(-inf, -2**63) wrong (+inf, not +0).
+    With a wide ``long double``: ``powl`` (relative error ``LONGDOUBLE_POW_REL_ERR``).
+    Otherwise: mpmath's value rounded correctly to X's dtype (so within any ``rel_err`` of
+    the truth as far as X's dtype can tell).  C99's special values come from
+    ``c99_pow_special``, never from a library's pow.
     """
+    x = np.asarray(x)
     xl = base_as_longdouble(x)
     yd = exponent_as_float64(y)
-    result = _c99_power(xl, yd.astype(np.longdouble))
+    xb, yb = np.broadcast_arrays(xl, yd)
+    xl, yd = xb.reshape(-1), yb.reshape(-1)  # copies where broadcast: full arrays for powl
     xd = xl.astype(np.float64)
-    special = np.broadcast_to((xd == 0) | ~np.isfinite(xd), result.shape) | np.broadcast_to(
-        ~np.isfinite(yd), result.shape
-    )
-    result[special] = _c99_power(xd, yd)[special]
-    return result
+    # the rules touch only these (a negative x: with a non-integer y)
+    maybe = (xd == 0) | (xd == 1) | (xd < 0) | ~np.isfinite(xd) | ~np.isfinite(yd) | (yd == 0)
+    special, value = c99_pow_special(xd[maybe], yd[maybe])
+    result = np.empty(xl.shape, np.longdouble)
+    result[maybe] = value  # NaN where ``special`` is False: filled below
+    general = ~maybe
+    general[maybe] = ~special
+    if LONGDOUBLE_IS_WIDE:
+        with np.errstate(all="ignore"):
+            result[general] = np.power(xl[general], yd[general].astype(np.longdouble))
+    else:
+        result[general] = pow_mpmath_rounded(xl[general], yd[general], x.dtype)
+    return result.reshape(xb.shape)
 
 
-def pow_int_int(x, y, dtype) -> np.ndarray:
-    """semantics.md, integer X with integer Y, with exact Python integers."""
-    dtype = np.dtype(dtype)
-    info = np.iinfo(dtype)
-    mod = 1 << (8 * dtype.itemsize)
-    xb, yb = np.broadcast_arrays(np.asarray(x), np.asarray(y))
-    out = np.empty(xb.shape, dtype=object)
-    for idx in np.ndindex(xb.shape):
-        xi, yi = int(xb[idx]), int(yb[idx])
-        if yi >= 0:
-            out[idx] = pow(xi, yi, mod)  # 0 ** 0 == 1
-        elif xi == 1:
-            out[idx] = 1
-        elif xi == -1:
-            out[idx] = -1 if yi % 2 else 1
-        elif xi == 0:
-            out[idx] = info.min
-        else:
-            out[idx] = 0
-    return wrap_int(out, dtype)
+def pow_mpmath_rounded(x, y, dtype) -> np.ndarray:
+    """mpmath's x ** y (finite nonzero x, finite y) at 256 bits, rounded to ``dtype`` once, by
+    hand (subnormals included), as float64; negative x with a non-integer y gives NaN."""
+    import mpmath  # the test extra has it; only some oracles need it
 
-
-def pow_int_float(x, y, dtype) -> np.ndarray:
-    """semantics.md, integer X with float Y: float64 pow, truncated; NaN/inf/out of range -> min."""
-    dtype = np.dtype(dtype)
-    bits = 8 * dtype.itemsize
-    xf = np.asarray(x).astype(np.float64)
-    yf = exponent_as_float64(y)
-    r = np.trunc(_c99_power(xf, yf))
-    with np.errstate(all="ignore"):
-        ok = np.isfinite(r) & (r >= -(2.0 ** (bits - 1))) & (r < 2.0 ** (bits - 1))
-        res = np.where(ok, r, 0).astype(dtype)
-    res[~ok] = np.iinfo(dtype).min
-    return res
+    p, emin, _ = FORMATS[np.dtype(dtype)]
+    big = max_finite(dtype)
+    out = np.empty(np.shape(x), np.float64)
+    flat = out.reshape(-1)
+    with mpmath.workprec(256):
+        for i, (xv, yv) in enumerate(zip(np.ravel(x).tolist(), np.ravel(y).tolist())):
+            xv, yv = float(xv), float(yv)
+            if xv < 0 and yv != math.floor(yv):
+                flat[i] = math.nan
+                continue
+            v = mpmath.power(mpmath.mpf(xv), mpmath.mpf(yv))
+            _, e = mpmath.frexp(v)  # |v| = m * 2**e, 1/2 <= m < 1
+            q = max(int(e) - 1, emin) - (p - 1)
+            r = mpmath.ldexp(mpmath.nint(mpmath.ldexp(v, -q)), q)  # ties to even
+            magnitude = math.inf if abs(r) > big else abs(float(r))
+            flat[i] = -magnitude if v < 0 else magnitude  # mpmath has no -0
+    return out
 
 
 def pow_reference_int(x, y, dtype) -> np.ndarray:
-    return pow_int_int(x, y, dtype) if is_int(np.asarray(y).dtype) else pow_int_float(x, y, dtype)
+    """semantics.md, integer X with integer or float Y (exact; float Y through the correctly
+    rounded float64 power, never numpy's)."""
+    return pow_int(x, y, dtype)
 
 
 def assert_pow_matches(actual, x, y, *, what=""):

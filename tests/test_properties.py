@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from oracles import (
     BF16,
+    C99_POW_SPECIAL,
     F16,
     F32,
     F64,
@@ -30,10 +31,12 @@ from oracles import (
     assert_pow_matches,
     assert_same_values,
     assert_within_ulp,
+    c99_pow_special,
     is_int,
     matmul_exact_int,
     pow_float_exact,
-    pow_int_int,
+    pow_int,
+    pow_mpmath_rounded,
     pow_pairs,
     round_to_format,
     ulp_distance,
@@ -162,7 +165,7 @@ def test_pow_integer_small_values(data, shape, xdtype, ydtype):
     # small bases and exponents, where the exact power is often representable
     x = values(data, xdtype, shape, small_ints=True)
     y = values(data, ydtype, shape, small_ints=True)
-    assert_same_values(noo.pow(x, y), pow_int_int(x, y, xdtype))
+    assert_same_values(noo.pow(x, y), pow_int(x, y, xdtype))
 
 
 @st.composite
@@ -268,15 +271,28 @@ def test_oracle_int_matmul_matches_numpy_wrapping(data, dtype):
     y=hnp.arrays(np.int64, 16, elements=st.integers(0, 80)),
 )
 def test_oracle_int_pow_matches_numpy_for_nonnegative_exponents(x, y):
-    assert_same_values(pow_int_int(x, y, np.int64), np.power(x, y))
+    assert_same_values(pow_int(x, y, np.int64), np.power(x, y))
 
 
 @given(
     x=hnp.arrays(np.float64, 16, elements=st.floats(-1e3, 1e3)),
     y=hnp.arrays(np.float64, 16, elements=st.floats(-50, 50)),
+    dtype=st.sampled_from([F64, F32, F16]),
 )
-def test_oracle_float_pow_agrees_with_float64_pow(x, y):
-    # glibc's float64 pow is within 1 ulp: the long double oracle rounds to within 1 ulp of it
+def test_oracle_float_pow_agrees_with_mpmath(x, y, dtype):
+    # the float Pow oracle (long double powl where it is wide) contains mpmath's correctly
+    # rounded value, which is what the oracle falls back to where long double is float64
+    x = x.astype(dtype)
+    y[::2] = np.round(y[::2])  # integer exponents, so negative bases give numbers
     expected = pow_float_exact(x, y)
-    with np.errstate(all="ignore"):
-        assert_within_ulp(np.power(x, y), expected, F64)
+    special, _ = c99_pow_special(x.astype(np.float64), y)
+    mp = pow_mpmath_rounded(x[~special].astype(np.float64), y[~special], dtype)
+    assert_within_ulp(mp.astype(dtype), expected[~special], dtype, max_ulp=0)
+
+
+def test_oracle_c99_special_values_match_the_table():
+    x, y, want = (np.array([row[i] for row in C99_POW_SPECIAL]) for i in range(3))
+    special, value = c99_pow_special(x, y)
+    ordinary = (x < 0) & np.isfinite(y) & (y == np.round(y)) & np.isfinite(x)
+    assert (special | ordinary).all()
+    assert_same_values(value[special], want[special])

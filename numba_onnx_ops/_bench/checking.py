@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import builtins
-import math
-
 import ml_dtypes
 import numpy as np
 
+from .._reference import pow_int as _int_pow_reference
+from .._reference import ulp_distance as _ulp_distance
 from .cases import BFLOAT16, Case
 
 #: The agreement tolerance of Pow results in units in the last place of the output type.  The
@@ -73,46 +72,9 @@ def _check_pow(x: np.ndarray, y: np.ndarray, out: np.ndarray, samples: int = 100
     return None
 
 
-def _int_pow_reference(xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """The project's integer Pow semantics, element by element in Python integers."""
-    info = np.iinfo(xs.dtype)
-    bits = info.bits
-    result = np.empty(xs.shape, xs.dtype)
-    for i, (xv, yv) in enumerate(zip(xs.tolist(), ys.tolist(), strict=True)):
-        if isinstance(yv, float):  # float exponent: float64 pow truncated, out of range -> min
-            r = math.pow(xv, yv) if (xv != 0 or yv >= 0) else math.inf
-            ok = math.isfinite(r) and info.min <= math.trunc(r) <= info.max
-            result[i] = math.trunc(r) if ok else info.min
-        elif yv >= 0:
-            v = builtins.pow(xv, yv, 1 << bits)  # the package's pow shadows the builtin
-            result[i] = v - (1 << bits) if info.min < 0 and v > info.max else v
-        else:  # negative integer exponent: the truncated true value
-            if xv == 1:
-                result[i] = 1
-            elif xv == -1:
-                result[i] = -1 if yv % 2 else 1
-            else:
-                result[i] = info.min if xv == 0 else 0
-    return result
-
-
 def _finfo(dtype: np.dtype):
     return ml_dtypes.finfo(dtype) if dtype == BFLOAT16 else np.finfo(dtype)
 
 
 def _eps(dtype: np.dtype) -> float:
     return float(_finfo(dtype).eps)
-
-
-def _ulp_distance(got: np.ndarray, ref: np.ndarray) -> np.ndarray:
-    """|got - ref| in units in the last place of ``ref`` in its own type (0 for equal values,
-    equal infinities and NaN against NaN; inf for any other mismatch involving inf or NaN)."""
-    info = _finfo(ref.dtype)
-    g, r = got.astype(np.float64), ref.astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        exponent = np.floor(np.log2(np.abs(r)))
-        exponent = np.maximum(np.where(np.isfinite(exponent), exponent, info.minexp), info.minexp)
-        ulp = np.ldexp(1.0, (exponent - info.nmant).astype(np.int64))
-        dist = np.abs(g - r) / ulp
-    same = (g == r) | (np.isnan(g) & np.isnan(r))
-    return np.where(same, 0.0, np.where(np.isfinite(dist), dist, np.inf))
