@@ -24,6 +24,10 @@ from numba.core import config as numba_config
 import numba_onnx_ops as noo
 
 front = importlib.import_module("numba_onnx_ops.matmul")
+dispatch = importlib.import_module("numba_onnx_ops._matmul_dispatch")
+half = importlib.import_module("numba_onnx_ops._matmul_half")
+own = importlib.import_module("numba_onnx_ops._matmul_own")
+slp = importlib.import_module("numba_onnx_ops._slp")
 kernels = importlib.import_module("numba_onnx_ops._kernels.matmul")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -52,7 +56,7 @@ def rng():
 def paths(monkeypatch):
     """The list of paths the calls inside the test took, in order."""
     seen: list[str] = []
-    real_launch = front.launch
+    real_launch = own.launch
     real_blas = front._np_matmul
 
     def launch(kernel, *args):
@@ -63,8 +67,10 @@ def paths(monkeypatch):
         seen.append("blas")
         return real_blas(*args, **kwargs)
 
-    monkeypatch.setattr(front, "launch", launch)
-    monkeypatch.setattr(front, "_np_matmul", blas)
+    for module in (own, half, slp):
+        monkeypatch.setattr(module, "launch", launch)
+    for module in (front, half):
+        monkeypatch.setattr(module, "_np_matmul", blas)
     return seen
 
 
@@ -72,8 +78,8 @@ def paths(monkeypatch):
 def own_floats(monkeypatch):
     """float32/float64 products of any batch go to the own kernels (where the layout lets
     BLAS take them, the dispatch otherwise prefers numpy's BLAS up to long batches)."""
-    monkeypatch.setattr(front, "_OWN_MIN_BATCH", {F32: 0, F64: 0})
-    monkeypatch.setattr(front, "_OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
+    monkeypatch.setattr(dispatch, "OWN_MIN_BATCH", {F32: 0, F64: 0})
+    monkeypatch.setattr(dispatch, "OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
 
 
 # ------------------------------------------------------------------------------------------
@@ -231,7 +237,7 @@ def test_small_needs_unit_column_stride(paths, rng):
 
 # matmul_packed: long K (past the direct kernel's strip limit) and large half products.
 def test_packed_long_k_integers(paths, rng):
-    k = front._DIRECT_KMAX + 77
+    k = own.DIRECT_KMAX + 77
     for dtype in (I32, U64):
         paths.clear()
         check(operand(rng, (3, k), dtype), operand(rng, (k, 5), dtype))
@@ -257,7 +263,7 @@ def test_packed_half_batches_broadcast(paths, rng):
 
 def test_packed_k_blocks(paths, rng, monkeypatch):
     # force several K blocks, M and N chunks with a small block choice
-    monkeypatch.setattr(front, "_packed_blocks", lambda item, nb, m, n, k: (37, 26, 40, 8))
+    monkeypatch.setattr(own, "packed_blocks", lambda item, nb, m, n, k: (37, 26, 40, 8))
     a = operand(rng, (2, 75, 130), F16)
     b = operand(rng, (2, 130, 53), F16)
     check(a, b)
@@ -266,7 +272,7 @@ def test_packed_k_blocks(paths, rng, monkeypatch):
 
 @pytest.mark.parametrize("dtype", INTS + (F32, F64), ids=str)
 def test_packed_every_type(paths, rng, monkeypatch, dtype):
-    monkeypatch.setattr(front, "_DIRECT_KMAX", 8)  # send everything with K > 8 to packed
+    monkeypatch.setattr(own, "DIRECT_KMAX", 8)  # send everything with K > 8 to packed
     a = operand(rng, (2, 11, 29), dtype, "F")
     b = operand(rng, (2, 29, 14), dtype, "neg")
     check(a, b)
@@ -277,7 +283,7 @@ def test_packed_every_type(paths, rng, monkeypatch, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
 def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
-    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
     check(a, b)
@@ -287,10 +293,10 @@ def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panel_tiles_and_k_blocks(paths, rng, monkeypatch, dtype):
     # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
-    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
-    monkeypatch.setattr(front, "_PANEL", 600)
-    monkeypatch.setattr(front, "_PANEL_MIN", 16)
-    monkeypatch.setattr(front, "_PANEL_KMAX", 40)
+    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(half, "PANEL", 600)
+    monkeypatch.setattr(half, "PANEL_MIN", 16)
+    monkeypatch.setattr(half, "PANEL_KMAX", 40)
     a = operand(rng, (2, 1, 37, 90), dtype)
     b = operand(rng, (3, 90, 29), dtype, "neg")
     check(a, b)
@@ -308,7 +314,7 @@ def test_half_panels_default_sizes(paths, rng, dtype):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panels_keep_specials(rng, monkeypatch, dtype):
-    monkeypatch.setattr(front, "_HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
     # small integers: every float32 sum is exact, so the one rounding is all there is
     a = rng.integers(-2, 3, (20, 70)).astype(dtype)
     b = rng.integers(-2, 3, (70, 30)).astype(dtype)
@@ -447,13 +453,13 @@ def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
 
     twin = numba.njit(parallel=True, fastmath={"contract"})(kernels.matmul_direct.py_func)
     a = np.ones((8, 8), dtype)
-    abuf, a_off, a_rs, a_cs = front._operand(a, (), 1)
+    abuf, a_off, a_rs, a_cs = own.operand(a, (), 1)
     out = np.empty((1, 8, 16), dtype)
     b = np.ones((8, 16), dtype)
-    bbuf, b_off, b_rs, b_cs = front._operand(b, (), 1)
+    bbuf, b_off, b_rs, b_cs = own.operand(b, (), 1)
     args = (abuf, a_off, a_rs, a_cs, bbuf, b_off, b_rs, b_cs, 0, out, 8, 16, 8, 1,
-            front._acc_proto(dtype))  # fmt: skip
-    front._launch_slp(twin, np.dtype(dtype), *args)
+            own.acc_proto(dtype))  # fmt: skip
+    slp.launch_slp(twin, np.dtype(dtype), *args)
     asm = twin.inspect_asm(twin.signatures[0])
     assert len(re.findall(needle, asm)) >= 8
     np.testing.assert_array_equal(out[0], np.full((8, 16), 8, dtype))

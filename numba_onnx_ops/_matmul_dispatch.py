@@ -1,0 +1,54 @@
+"""Where numpy's BLAS beats the own MatMul kernels: the crossovers, by shape and dtype.
+
+numpy.matmul hands a float32/float64 product to OpenBLAS when the layout allows it.  OpenBLAS
+has no launch cost and is faster per core than the register-blocked numba kernels on single
+products, but numpy calls it once per matrix of a batch (about 0.24 us each), so long batches of
+small matrices go to the own kernels.  The crossovers below were measured the way the peer
+comparison times (interleaved, settled samples); the figures are kept with the benchmarks that
+measure them (``benchmarks/matmul.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+# The own kernels take a float batch of at least this many matrices of at most this many
+# multiply-adds each; float64's vectors hold half as many lanes, so it crosses over later.
+OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
+OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
+
+# float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
+# float32 panels; below it the panel steps per matrix cost more than they save.
+HALF_BLAS_MIN = 192**3
+
+
+def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:
+    """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product of
+    2-D-promoted operands (``nbatch`` matrices; 1 without batch dimensions)."""
+    if not (blasable(a2) and blasable(b2)):
+        return False
+    return nbatch < OWN_MIN_BATCH[dtype] or m * n * k > OWN_MAX_MNK[dtype]
+
+
+def blasable(x: np.ndarray) -> bool:
+    """Whether numpy.matmul hands these matrices to BLAS rather than to its plain loop: one
+    axis of unit stride, the other a whole number of elements at least as long as the first
+    axis (numpy's ``is_blasable2d``, either way round); a vector needs a positive stride."""
+    item = x.itemsize
+    r, c = x.shape[-2:]
+    s0, s1 = x.strides[-2:]
+    if r == 1 or c == 1:
+        s = s1 if r == 1 else s0
+        return c == r == 1 or (s > 0 and s % item == 0)
+    if s1 == item:
+        return s0 % item == 0 and s0 >= c * item
+    return s0 == item and s1 % item == 0 and s1 >= r * item
+
+
+def half_blas_wins(m: int, n: int, k: int) -> bool:
+    """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels.
+    Vectors stay on the own kernels, which widen halves in registers."""
+    return m > 1 and n > 1 and m * n * k >= HALF_BLAS_MIN

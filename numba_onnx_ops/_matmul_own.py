@@ -1,0 +1,106 @@
+"""Running a MatMul on the own kernels: kernel choice by shape, arguments, block sizes."""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from ._broadcast import batch_offsets, flat_buffer
+from ._dtypes import NATIVE, kernel_view
+from ._kernels import matmul as _k
+from ._parallel import launch
+from ._slp import launch_slp
+
+_F32 = np.dtype(np.float32)
+
+# matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
+# float32) the packed kernel, which blocks K, takes over.
+DIRECT_KMAX = 4096
+_NTHREADS = numba.config.NUMBA_NUM_THREADS  # the pool size; reading it starts no threads
+
+
+def run(a, b, batch, m, n, k, target) -> None:
+    """``target[...] = a @ b`` for validated 2-D-promoted operands (batch dimensions ``batch``)
+    into a C-contiguous ``target``, on the kernel that suits the shape."""
+    nbatch = target.size // (m * n)
+    av, kind = kernel_view(a)
+    bv, _ = kernel_view(b)
+    abuf, a_off, a_rs, a_cs = operand(av, batch, nbatch)
+    bbuf, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
+    tview = kernel_view(target)[0]
+    acc = acc_proto(a.dtype)
+    lanes = 32 // acc.itemsize  # accumulator elements in one 32-byte vector
+    A = (abuf, a_off, a_rs, a_cs)
+    if n == 1:  # matrix-vector: one dot product per row
+        x = (bbuf, b_off, b_rs)
+        launch(_k.matmul_rows_dot, *A, *x, kind, tview.reshape(nbatch, m), m, k, 256, acc)
+        return
+    B = (bbuf, b_off, b_rs, b_cs)
+    if m == 1:  # vector-matrix: rows of B scaled and added, 1024 columns per task
+        x = (abuf, a_off, a_cs)
+        launch(_k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc)
+        return
+    out3 = tview.reshape(nbatch, m, n)
+    if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= 64:
+        launch_slp(_k.matmul_small, a.dtype, *A, bbuf, b_off, b_rs, kind, out3, m, n, k, acc)
+    elif k <= DIRECT_KMAX and (kind == NATIVE or m * n * k <= 1 << 18):
+        # Half types widen A at every use here, so large ones go to the packed kernel,
+        # which widens each element once (measured 38 vs 65 GFLOP/s per core at 1024).
+        items = nbatch * -(-n // (2 * lanes))
+        chunks = min(items, 4 * _NTHREADS)
+        launch_slp(_k.matmul_direct, a.dtype, *A, *B, kind, out3, m, n, k, chunks, acc)
+    else:
+        blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
+        launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
+
+
+def packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):
+    """Block sizes ``(mt, nt, kc, mg)`` of ``matmul_packed`` for one problem."""
+    kcmax = 2048 // itemsize  # a k-row of a panel: 2 KiB
+    kc = -(-k // -(-k // kcmax))
+    kc = -(-kc // 8) * 8
+    mg = max(4, (16384 // (kc * itemsize)) // 4 * 4)  # an A group of 16 KiB stays in L1
+    nt = 258
+    # Rows per task: many, so each packed B block serves many rows, but at most 1024, which
+    # bounds the float32 tile of the half types at 1024 x 258 x 4 bytes (1 MiB) per task.
+    mt = min(m, 1024)
+    tasks = nbatch * -(-n // nt)
+    while tasks * -(-m // mt) < 4 and mt > 64:
+        mt = -(-mt // 2)
+    return mt, nt, kc, mg
+
+
+def _acc_dtype(dtype: np.dtype) -> np.dtype:
+    """Half types accumulate in float32 (semantics.md); every other type in itself, where
+    integer wraparound is exactly the result modulo 2**bits."""
+    return _F32 if dtype.itemsize == 2 else dtype
+
+
+_ACC_PROTOS: dict[np.dtype, np.ndarray] = {}
+
+
+def acc_proto(dtype: np.dtype) -> np.ndarray:
+    """An empty array of the accumulator type: kernels allocate their tiles of that dtype."""
+    proto = _ACC_PROTOS.get(dtype)
+    if proto is None:
+        proto = _ACC_PROTOS[dtype] = np.empty(0, _acc_dtype(dtype))
+    return proto
+
+
+def operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
+    """``(flat read-only buffer, per-matrix offsets, row stride, column stride)`` of a 2-D or
+    batched operand, in elements; no data is copied."""
+    buf, origin, strides = flat_buffer(x)
+    bshape = x.shape[:-2]
+    if not batch:
+        offsets = np.array([origin], np.int64)
+    elif bshape == batch and len(batch) == 1 and strides[0] != 0:
+        offsets = np.arange(origin, origin + nbatch * strides[0], strides[0])
+    else:
+        offsets = batch_offsets(origin, bshape, strides[:-2], batch)
+        if not offsets.flags.writeable:  # (a broadcast view for 2-D operands)
+            offsets = offsets.copy()
+    # Every call must present the kernels with the same argument types (writable int64
+    # offsets, read-only buffers): a new type would compile a second specialization, and
+    # outside launch_slp, without SLP.
+    return buf, offsets.astype(np.int64, copy=False), strides[-2], strides[-1]
