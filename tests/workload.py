@@ -1,0 +1,81 @@
+"""Calls that reach the package's own kernels, checked against the oracles.
+
+The thread, fork, spawn and cache tests run these (in the test process and in children).
+float32/float64 2-D products go to numpy's BLAS and would test nothing of the package, so
+the products here are an integer one (``matmul_direct``), a float16 one (the same kernel
+widening halves in registers), a long batch of small float32 matrices (``matmul_small``) and an
+int64 matrix-vector product (``matmul_rows_dot``); the powers take the general float32
+kernel, integer squaring and the integer base with float exponents.  Shapes stay small: in
+a child with a cold cache each kernel compiles once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from oracles import (
+    F16,
+    F32,
+    I32,
+    I64,
+    assert_matmul_close,
+    assert_pow_matches,
+    random_array,
+)
+
+import numba_onnx_ops as nox
+
+#: (name, operator, the kernel the front layer launches for it)
+CASES = [
+    ("matmul int32 (2,9,20)@(20,33)", "matmul", "matmul_direct"),
+    ("matmul float16 (2,9,20)@(20,33)", "matmul", "matmul_direct"),
+    ("matmul float32 (1024,8,8)@(1024,8,8)", "matmul", "matmul_small"),
+    ("matmul int64 (40,30)@(30,)", "matmul", "matmul_rows_dot"),
+    ("pow float32 ^ 3.7", "pow", "pow_general"),
+    ("pow int32 ^ 5", "pow", "pow_ipow"),
+    ("pow int64 ^ float64", "pow", "pow_general"),
+]
+
+
+def operands(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The inputs of every case, deterministic per seed."""
+    rng = np.random.default_rng(seed)
+    x32 = np.abs(random_array(rng, (7, 45), F32, scale=3))
+    return [
+        (CASES[0][0], random_array(rng, (2, 9, 20), I32), random_array(rng, (20, 33), I32)),
+        (CASES[1][0], random_array(rng, (2, 9, 20), F16), random_array(rng, (20, 33), F16)),
+        (CASES[2][0], random_array(rng, (1024, 8, 8), F32), random_array(rng, (1024, 8, 8), F32)),
+        (CASES[3][0], random_array(rng, (40, 30), I64), random_array(rng, (30,), I64)),
+        (CASES[4][0], x32, np.array(3.7, F32)),
+        (CASES[5][0], rng.integers(-90, 90, (6, 50), dtype=I32), np.array(5, I32)),
+        (CASES[6][0], rng.integers(-40, 40, (4, 16), dtype=I64), rng.uniform(-3, 9, 16)),
+    ]
+
+
+#: The cases a child with a cold cache (or compiling serial twins) runs: one of each kind of
+#: product, and Pow; each compiles in seconds there.
+FEW = tuple(name for name, _, _ in CASES[:3] + CASES[4:5])
+
+
+def run(seed: int, names=None) -> list[np.ndarray]:
+    """The results of the cases named (default: every case)."""
+    ops = {"matmul": nox.matmul, "pow": nox.pow}
+    return [
+        ops[op](a, b)
+        for (name, op, _), (_, a, b) in zip(CASES, operands(seed), strict=True)
+        if names is None or name in names
+    ]
+
+
+def check(seed: int, results: list[np.ndarray] | None = None, names=None) -> None:
+    """Assert the results of the cases named (computed now unless given) against the oracles."""
+    results = run(seed, names) if results is None else results
+    chosen = [
+        (case, args)
+        for case, args in zip(CASES, operands(seed), strict=True)
+        if names is None or case[0] in names
+    ]
+    for ((name, op, _), (_, a, b)), got in zip(chosen, results, strict=True):
+        if op == "matmul":
+            assert_matmul_close(got, a, b, what=name)
+        else:
+            assert_pow_matches(got, a, b, what=name)
