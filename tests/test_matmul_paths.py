@@ -20,6 +20,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from numba.core import config as numba_config
+from oracles import assert_same_values, matmul_exact_int, round_to_format
 
 import numba_onnx_ops as noo
 
@@ -111,21 +112,8 @@ def operand(rng, shape, dtype, layout="C"):
     raise ValueError(layout)
 
 
-def exact_int_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """numpy.matmul's result in Python integers, reduced modulo 2**bits of the dtype."""
-    dtype = a.dtype
-    bits = dtype.itemsize * 8
-    wide = np.matmul(a.astype(object), b.astype(object))
-
-    def wrap(v: int) -> int:
-        v %= 1 << bits
-        return v - (1 << bits) if dtype.kind == "i" and v >= 1 << (bits - 1) else v
-
-    return np.asarray(np.vectorize(wrap, otypes=[object])(wide).tolist(), dtype=dtype)
-
-
 def assert_int_exact(got: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
-    want = exact_int_product(a, b)
+    want = matmul_exact_int(a, b)
     assert got.dtype == a.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
 
@@ -315,15 +303,16 @@ def test_half_panels_default_sizes(paths, rng, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panels_keep_specials(rng, monkeypatch, dtype):
     monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
-    # small integers: every float32 sum is exact, so the one rounding is all there is
+    # small integers: every sum is exact in float32 (and float64), so the one rounding to the
+    # half type is all there is; the oracle sums in float64 (not the sgemm under test)
     a = rng.integers(-2, 3, (20, 70)).astype(dtype)
     b = rng.integers(-2, 3, (70, 30)).astype(dtype)
     a[0, 0], a[1, 1], b[2, 2] = np.inf, np.nan, -np.inf
     a[:, 3], b[3, :] = 2, 60000  # float16: sums past its range, finite in float32
     got = noo.matmul(a, b)
     with np.errstate(over="ignore", invalid="ignore"):
-        want = (a.astype(np.float32) @ b.astype(np.float32)).astype(dtype)
-    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+        exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert_same_values(got, round_to_format(exact, dtype), signed_zeros=False)
 
 
 # matrix-vector and vector-matrix
@@ -351,7 +340,7 @@ def test_vector_dot_vector(paths, rng):
     x = operand(rng, (1000,), I64)
     y = operand(rng, (1000,), I64)
     got = noo.matmul(x, y)
-    assert got.shape == () and got == exact_int_product(x[None], y[:, None])[0, 0]
+    assert got.shape == () and got == matmul_exact_int(x[None], y[:, None])[0, 0]
     assert paths == ["rows_dot"]
 
 
@@ -428,10 +417,39 @@ def test_one_specialization_per_dtype(rng):
     assert len(sigs) == 1
 
 
-def test_slp_flag_is_restored(rng):
+def _direct_args(dtype):
+    """Arguments of ``matmul_direct`` for an 8x8 by 8x16 product of ones."""
+    a = np.ones((8, 8), dtype)
+    b = np.ones((8, 16), dtype)
+    out = np.empty((1, 8, 16), dtype)
+    A = own.operand(a, (), 1)
+    B = own.operand(b, (), 1)
+    return (*A, *B, 0, out, 8, 16, 8, 1, own.acc_proto(dtype)), out
+
+
+def test_slp_flag_is_set_for_the_build_and_restored(monkeypatch):
+    """The SLP launcher compiles with numba's SLP flag on and puts it back (an uncached twin
+    of the kernel, so the build really happens here); a later launch does not rebuild."""
+    import numba
+
+    monkeypatch.setenv("NUMBA_NOO_TEST_CHANGED", "1")  # numba re-reads its config at builds
+    twin = numba.njit(parallel=True)(kernels.matmul_direct.py_func)
+    flags: list[int] = []
+    build = twin.compile
+
+    def spy(sig):
+        flags.append(numba_config.SLP_VECTORIZE)
+        return build(sig)
+
+    monkeypatch.setattr(twin, "compile", spy)
     before = numba_config.SLP_VECTORIZE
-    noo.matmul(operand(rng, (3, 4, 9), U64), operand(rng, (3, 9, 30), U64))
+    args, out = _direct_args(I32)
+    slp.launch_slp(twin, I32, *args)
+    slp.launch_slp(twin, I32, *args)
+    assert flags == [1]
     assert numba_config.SLP_VECTORIZE == before
+    assert len(twin.signatures) == 1
+    np.testing.assert_array_equal(out[0], np.full((8, 16), 8, I32))
 
 
 @pytest.mark.slow
