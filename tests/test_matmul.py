@@ -81,6 +81,20 @@ def test_every_allowed_dtype_at_every_version(opset, dtype, rng):
     assert_matmul_close(matmul_checked(a, b, opset=opset), a, b, what=f"opset {opset}")
 
 
+@pytest.mark.parametrize("opset", [1, 8, 9, 12, 13, 21, None])
+def test_opset_selects_version(opset, rng):
+    """The dtypes each version first allows tell the version that ran."""
+    version = 13 if opset is None else resolved_version(MATMUL_SINCE, opset)
+    for dtype, since in [(F32, 1), (F16, 1), (I32, 9), (U64, 9), (BF16, 13)]:
+        a = random_array(rng, (2, 3, 4), dtype)
+        b = random_array(rng, (4, 5), dtype)
+        if version >= since:
+            assert_matmul_close(matmul_checked(a, b, opset=opset), a, b)
+        else:
+            with pytest.raises(TypeError, match=f"MatMul-{version}"):
+                noo.matmul(a, b, opset=opset)
+
+
 # ------------------------------------------------------------------------------------------
 # shapes: numpy.matmul's rules, block-boundary sizes, zero sizes, ranks up to 6
 # ------------------------------------------------------------------------------------------

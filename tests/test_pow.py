@@ -137,11 +137,33 @@ def test_every_type_pair(version, xdtype, ydtype):
     assert_pow_matches(result, x, y, what=f"Pow-{version} {xdtype}^{ydtype}")
 
 
+#: (X dtype, Y dtype, the first version that allows the pair)
+_FIRST_ALLOWED = [(F32, F32, 1), (F32, F64, 12), (I32, I32, 12), (I64, F32, 12), (BF16, F32, 13),
+                  (F32, BF16, 15)]  # fmt: skip
+
+
 @pytest.mark.parametrize("opset", [1, 6, 7, 11, 12, 13, 14, 15, 21, None])
 def test_opset_selects_version(opset):
-    # float32 ** float32 is legal at every version; the call resolves opsets between versions
-    x, y = outer_operands(F32, F32, materialise=True)
-    assert_pow_matches(pow_checked(x, y, opset=opset), x, y)
+    """What the call does tells the version that ran: Pow-1's legacy broadcasting, and the
+    (X, Y) dtype pairs each version first allows."""
+    version = 15 if opset is None else resolved_version(POW_SINCE, opset)
+    x = np.array([[1.5, 2.0, 0.5], [3.0, 0.25, 4.0]], F32)
+    row = np.array([2.0, -1.0, 0.5], F32)
+    if version == 1:  # broadcasting only with broadcast=1
+        assert_pow_matches(pow_checked(x, row, opset=opset, broadcast=1), x, row)
+        with pytest.raises(ValueError, match="Pow-1"):
+            noo.pow(x, row, opset=opset)
+    else:  # numpy-style broadcasting; the attributes do not exist
+        assert_pow_matches(pow_checked(x, row, opset=opset), x, row)
+        with pytest.raises(TypeError, match=f"Pow-{version}"):
+            noo.pow(x, row, opset=opset, broadcast=1)
+    for xdtype, ydtype, since in _FIRST_ALLOWED:
+        xs, ys = (x * 2).astype(xdtype), np.broadcast_to(row, x.shape).astype(ydtype)
+        if version >= since:
+            assert_pow_matches(pow_checked(xs, ys, opset=opset), xs, ys)
+        else:
+            with pytest.raises(TypeError, match=f"Pow-{version}"):
+                noo.pow(xs, ys, opset=opset)
 
 
 # ------------------------------------------------------------------------------------------
