@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,7 +47,8 @@ def pow(  # noqa: A001 - the ONNX operator's name
     broadcast, axis : int, optional
         Pow-1's legacy attributes.  ``broadcast=1`` lets ``Y`` be a one-element tensor or match
         a contiguous run of ``X``'s dimensions starting at ``axis`` (default: the trailing
-        ones); with ``broadcast=0`` (default) the shapes must be equal.  A Python scalar ``Y``
+        ones; a negative ``axis`` counts from the end, and must lie in [-rank(X), rank(X) - 1]);
+        with ``broadcast=0`` (default) the shapes must be equal.  A Python scalar ``Y``
         is a constant and always applies to every element.  From Pow-7 on, broadcasting is
         numpy-style and these attributes do not exist.
     out : numpy.ndarray, optional
@@ -99,6 +101,8 @@ def _check(X, Y, opset, broadcast, axis):
             f"{label}: the broadcast and axis attributes exist only in Pow-1 (opset < 7)"
         )
     x, y = _operands(label, version, X, Y)
+    if legacy and axis is not None:
+        axis = _legacy_axis(label, axis, x.ndim)
     if legacy and not is_weak_scalar(Y):
         y = _legacy_broadcast(label, x, y, broadcast, axis)
         shape = x.shape
@@ -132,8 +136,19 @@ def _weak(value, dtype: np.dtype) -> np.ndarray:
         return np.asarray(value, dtype=dtype)
 
 
+def _legacy_axis(label: str, axis, rank: int) -> int:
+    """Pow-1's ``axis`` as a dimension of X: a negative one counts from the end; outside
+    [-rank, rank - 1] (or not an integer) it is a ValueError, whatever Y is."""
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise ValueError(f"{label}: axis must be an integer, got {axis!r}")
+    if not -rank <= axis < rank:
+        raise ValueError(f"{label}: axis {axis} is out of range for X of rank {rank}")
+    return int(axis) % rank
+
+
 def _legacy_broadcast(label, x: np.ndarray, y: np.ndarray, broadcast, axis) -> np.ndarray:
-    """Y reshaped to X's rank under Pow-1's rules (no size-1 expansion), or a ValueError."""
+    """Y reshaped to X's rank under Pow-1's rules (no size-1 expansion), or a ValueError;
+    ``axis`` is already a dimension of X (``_legacy_axis``)."""
     if broadcast is None or broadcast == 0:
         if x.shape != y.shape:
             raise ValueError(
@@ -146,8 +161,6 @@ def _legacy_broadcast(label, x: np.ndarray, y: np.ndarray, broadcast, axis) -> n
     if y.size == 1 and y.ndim <= x.ndim:
         return y.reshape(())
     start = x.ndim - y.ndim if axis is None else axis
-    if axis is not None and axis < 0:
-        start = axis + x.ndim
     if y.ndim > x.ndim or not 0 <= start <= x.ndim - y.ndim:
         raise ValueError(
             f"{label}: Y of shape {y.shape} cannot broadcast to X of shape {x.shape} at axis {axis}"

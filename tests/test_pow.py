@@ -459,7 +459,7 @@ def pow1_expected(x, y, axis):
     """Pow-1's broadcast: Y (a scalar, or X's dims axis..axis+ndim(Y)) aligned, then numpy."""
     if y.size == 1:
         return pow_float_exact(x, y.reshape(()))
-    start = x.ndim - y.ndim if axis is None else axis
+    start = x.ndim - y.ndim if axis is None else axis % x.ndim  # semantics.md: -1 is the last
     aligned = y.reshape((1,) * start + y.shape + (1,) * (x.ndim - start - y.ndim))
     return pow_float_exact(x, aligned)
 
@@ -479,6 +479,13 @@ POW1_LEGAL = [
     ((3, 4, 5), 1),
     ((2, 3, 4, 5), None),
     ((2, 3, 4, 5), 0),
+    ((4, 5), -2),  # a negative axis counts from the end
+    ((3, 4), -3),
+    ((5,), -1),
+    ((2,), -4),
+    ((2, 3, 4, 5), -4),
+    ((1,), -4),  # one element: a scalar, axis in range
+    ((), 3),
 ]
 
 
@@ -507,6 +514,13 @@ POW1_ILLEGAL = [
     ((), None, 0),
     ((1, 1, 1, 1), None, 0),
     ((2, 3, 4, 1), None, 0),
+    ((4, 5), -1, 1),  # from the last dimension, a run of two leaves X
+    ((3, 4), -2, 1),  # X's dims -2.. are (4, 5)
+    ((5,), 4, 1),  # axis outside [-4, 3]
+    ((5,), -5, 1),
+    ((), 4, 1),  # out of range even for a one-element Y
+    ((1, 1), -5, 1),
+    ((2, 3, 4, 5), 7, 0),
 ]
 
 
@@ -528,6 +542,20 @@ def test_pow1_default_is_no_broadcast():
     y = np.full(X4, 3.0, F32)
     assert_same_values(pow_checked(x, y, opset=1), np.full(X4, 8.0, F32))
     assert_same_values(pow_checked(x, y, opset=1, broadcast=0), np.full(X4, 8.0, F32))
+
+
+@pytest.mark.parametrize("axis", [None, -4, 2, 3.0, True])
+@pytest.mark.parametrize("broadcast", [None, 0, 1])
+def test_pow1_python_scalar_applies_everywhere(broadcast, axis):
+    # a plain Python scalar Y is a constant for every element whatever broadcast says; an
+    # axis must still be an integer in [-rank(X), rank(X) - 1]
+    x = np.full(X4, 3.0, F32)
+    if axis is not None and (isinstance(axis, (bool, float)) or not -4 <= axis < 4):
+        with pytest.raises(ValueError, match="axis"):
+            noo.pow(x, 2.0, opset=1, broadcast=broadcast, axis=axis)
+        return
+    result = pow_checked(x, 2.0, opset=1, broadcast=broadcast, axis=axis)
+    assert_same_values(result, np.full(X4, 9.0, F32))
 
 
 @pytest.mark.parametrize("opset", [1, 6])
