@@ -1,0 +1,57 @@
+"""warmup() compiles what later calls use; compiled_specializations() counts what was built."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from oracles import I32, U64, assert_matmul_close, assert_pow_matches, random_array
+
+import numba_onnx_ops as noo
+
+# Calls of every kind warmup() promises to prepare, on shapes other than its own: each
+# MatMul path of an own-kernel dtype, and Pow with each exponent class and layout.
+MATMUL_SHAPES = [((5, 5), (5, 5)), ((9, 6, 8), (9, 8, 8)), ((40, 100), (100, 50)),
+                 ((3, 1, 17, 9), (2, 9, 4)), ((30,), (30, 20)), ((20, 30), (30,))]  # fmt: skip
+POW_EXPONENTS = [2, 3, -1, 5, np.int32(7), "array", "row"]
+
+
+def _calls(rng):
+    for sa, sb in MATMUL_SHAPES:
+        for dtype in (U64, I32):
+            a, b = random_array(rng, sa, dtype), random_array(rng, sb, dtype)
+            yield noo.matmul, a, b
+    x = rng.integers(-9, 9, (6, 30), dtype=I32)
+    for e in POW_EXPONENTS:
+        y = {"array": x, "row": x[0]}.get(e, e) if isinstance(e, str) else e
+        yield noo.pow, x, y
+
+
+def test_warmup_compiles_what_later_calls_use(rng, capsys):
+    seconds = noo.warmup([np.uint64, "int32"], verbose=True)
+    assert set(seconds) == {"uint64", "int32"}
+    assert all(s >= 0 for s in seconds.values())
+    assert "warmup uint64" in capsys.readouterr().err
+    compiled = noo.compiled_specializations()
+    for name in ("matmul.matmul_direct", "matmul.matmul_small", "matmul.matmul_rows_dot",
+                 "matmul.matmul_cols_axpy", "power.pow_general", "power.pow_ipow"):  # fmt: skip
+        assert compiled.get(f"numba_onnx_ops._kernels.{name}", 0) >= 1, name
+    for op, a, b in _calls(rng):
+        result = op(a, b)
+        check = assert_matmul_close if op is noo.matmul else assert_pow_matches
+        check(result, a, b, what=f"{op.__name__} {a.dtype} {a.shape} {np.shape(b)}")
+    assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
+
+
+def test_warmup_refuses_other_dtypes():
+    with pytest.raises(TypeError, match="int8"):
+        noo.warmup([np.int8])
+
+
+def test_compiled_specializations_counts_signatures():
+    compiled = noo.compiled_specializations()
+    assert all(k.startswith("numba_onnx_ops.") and v >= 1 for k, v in compiled.items())
+    x = np.arange(5, dtype=np.float64)
+    noo.pow(x, 3.7)
+    after = noo.compiled_specializations()
+    assert after.get("numba_onnx_ops._kernels.power.pow_general", 0) >= 1
+    assert all(after.get(k, 0) >= v for k, v in compiled.items())
