@@ -6,6 +6,7 @@ property tests keep their example counts modest and have no deadline.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import zlib
@@ -31,3 +32,27 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's id: reproducible, different per test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+@pytest.fixture
+def launches(monkeypatch) -> list[str]:
+    """The names of the kernels the package launches during the test, in order, and "blas"
+    for each product handed to numpy's BLAS."""
+    seen: list[str] = []
+    for name in ("_matmul_own", "_matmul_half", "_slp", "power"):
+        module = importlib.import_module(f"numba_onnx_ops.{name}")
+
+        def launch(kernel, *args, _real=module.launch):
+            seen.append(kernel.py_func.__name__)
+            return _real(kernel, *args)
+
+        monkeypatch.setattr(module, "launch", launch)
+    for name in ("matmul", "_matmul_half"):
+        module = importlib.import_module(f"numba_onnx_ops.{name}")
+
+        def blas(*args, _real=module._np_matmul, **kwargs):
+            seen.append("blas")
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(module, "_np_matmul", blas)
+    return seen

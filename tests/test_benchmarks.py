@@ -59,6 +59,17 @@ def tiny(monkeypatch):
     monkeypatch.setattr(common, "TINY", True)
 
 
+@pytest.mark.parametrize("name", list(compile_bench.FIRST_CALLS))
+def test_first_call_rows_time_a_kernel(name, launches):
+    """Every first-call row launches the package's own kernels (a row that went to numpy's
+    BLAS would time numpy, not a compilation)."""
+    inputs, call = compile_bench.FIRST_CALLS[name]
+    namespace: dict = {}
+    exec(compile_bench._IMPORTS + inputs, namespace)
+    eval(call, namespace)
+    assert launches and "blas" not in launches, launches
+
+
 def test_suite_has_a_class_per_kind_of_call():
     assert {cls.__name__ for cls in CLASSES} >= {
         "MatMulSquare",
