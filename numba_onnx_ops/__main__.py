@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     size.add_argument(
         "--size",
         choices=_bench.SIZES,
-        help="full (the targets' shapes; default), quick, or tiny (every dimension cut to "
+        help="full (the cases' own shapes; default), quick, or tiny (every dimension cut to "
         f"{_bench.TINY_DIM}: checks that every case runs; its times mean nothing)",
     )
     bench.add_argument(
