@@ -91,7 +91,7 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     if args.list:
         for case in cases:
             target = f"  target >= {case.target:g}" if args.targets else ""
-            print(f"{case.name:28} {case.label():48}{target}")
+            print(f"{case.name:28} {case.label():48}{target}".rstrip())
         return 0
     if args.plot and (problem := _bench.check_plot_available()):
         parser.error(problem)
