@@ -58,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     size.add_argument(
         "--size",
         choices=_bench.SIZES,
-        help="full (the targets' shapes; default), quick, or tiny (every dimension cut to "
+        help="full (the cases' own shapes; default), quick, or tiny (every dimension cut to "
         f"{_bench.TINY_DIM}: checks that every case runs; its times mean nothing)",
     )
     bench.add_argument(
@@ -94,7 +94,7 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     if args.list:
         for case in cases:
             target = f"  target >= {case.target:g}" if args.targets else ""
-            print(f"{case.name:28} {case.label():48}{target}")
+            print(f"{case.name:28} {case.label():48}{target}".rstrip())
         return 0
     if args.plot and (problem := _bench.check_plot_available()):
         parser.error(problem)

@@ -39,7 +39,7 @@ def plot(rows: Sequence[Row], path: str, env: dict[str, Any], *, targets: bool =
     ax_t.set_yticks(y, names)
     ax_t.invert_yaxis()
     ax_t.grid(axis="x", which="both", alpha=0.3)
-    ax_t.legend(loc="lower right", fontsize="small")
+    ax_t.legend(loc="best", fontsize="small")
     ax_t.set_title("time per call (shorter is faster)")
 
     ratios = [r.ratio if r.ratio is not None else np.nan for r in rows]
