@@ -354,7 +354,7 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
             for i0 in range(0, M, MR):
                 vector_tile(
                     a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
-                    min(MR, M - i0), 0, tile,
+                    min(MR, M - i0), tile,
                 )  # fmt: skip
 
 

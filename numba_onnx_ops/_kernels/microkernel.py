@@ -65,8 +65,8 @@ def _tile_cols_ov(tile):
 
 
 @intrinsic
-def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, add, tile):
-    """C block ``c[co + r * c_rs + j]`` (r < ``rows``, j < NV * W) = (or ``+=`` when ``add``)
+def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
+    """C block ``c[co + r * c_rs + j]`` (r < ``rows``, j < NV * W) =
     ``sum_k a[ao + min(r, rows - 1) * a_rs + k * a_cs] * b[bo + k * b_rs + j]``, k < ``K``.
 
     ``a``, ``b`` and ``c`` are 1-D arrays of one float type; B rows and C rows are unit-stride
@@ -83,10 +83,10 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     if dtype not in (types.float32, types.float64) or b.dtype != dtype or c.dtype != dtype:
         return None
     mr, nv, lanes = dims
-    ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows, add)
+    ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows)
     if not all(isinstance(x, types.Integer) for x in ints):
         return None
-    sig = types.void(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, add, tile)
+    sig = types.void(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
@@ -99,8 +99,8 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
             return context.make_array(argtys[i])(context, builder, args[i]).data
 
         ap, bp, cp = data(0), data(4), data(7)
-        ao_, a_rs_, a_cs_, bo_, b_rs_, co_, c_rs_, k_, rows_, add_ = (
-            as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11, 12)
+        ao_, a_rs_, a_cs_, bo_, b_rs_, co_, c_rs_, k_, rows_ = (
+            as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11)
         )
         ft = context.get_value_type(dtype)
         vt = ir.VectorType(ft, lanes)
@@ -157,20 +157,13 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
         builder.cbranch(builder.icmp_signed("<", k1, k_), loop, done)
 
         builder.position_at_end(done)
-        adding = builder.icmp_signed("!=", add_, ir.Constant(i64, 0))
         for r in range(mr):
             crow = builder.gep(cp, [builder.add(co_, builder.mul(ir.Constant(i64, r), c_rs_))])
             store_row = builder.icmp_signed("<", ir.Constant(i64, r), rows_)
             with builder.if_then(store_row, likely=True):
                 for v in range(nv):
                     ptr = builder.bitcast(builder.gep(crow, [ir.Constant(i64, v * lanes)]), vptr)
-                    val = new[r * nv + v]
-                    with builder.if_else(adding) as (then, otherwise):
-                        with then:
-                            old = builder.load(ptr, align=align)
-                            builder.store(builder.fadd(old, val), ptr, align=align)
-                        with otherwise:
-                            builder.store(val, ptr, align=align)
+                    builder.store(new[r * nv + v], ptr, align=align)
         return context.get_dummy_value()
 
     return sig, codegen
