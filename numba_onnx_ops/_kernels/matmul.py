@@ -10,8 +10,10 @@ widened as they are read, and the operands' own type otherwise (for integers, wr
 arithmetic in the type itself is exactly the result modulo 2**bits).  Each output element is
 narrowed once, when it is stored.
 
-- ``matmul_direct``: most products: a register-blocked broadcast kernel that reads A in place
-  and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
+- ``matmul_vector``: float32/float64 products with unit-stride B rows, on the explicit-vector
+  micro-kernel of ``microkernel.py``, reading A and B in place.
+- ``matmul_direct``: most other products: a register-blocked broadcast kernel that reads A in
+  place and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
 - ``matmul_small``: batches of tiny matrices, read entirely in place.
 - ``matmul_packed``: long K and large half-type products: packed panels (halves widened once)
   and a register-blocked dot-product micro-kernel, K walked in blocks.
