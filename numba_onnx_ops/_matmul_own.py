@@ -64,22 +64,31 @@ def run(a, b, batch, m, n, k, target) -> None:
 
 
 @functools.cache
+def _cpu_features() -> frozenset[str]:
+    """The features numba compiles for: the host CPU's, or those it is told to
+    (``NUMBA_CPU_NAME`` with ``NUMBA_CPU_FEATURES``; a CPU name alone gives none).  Read at
+    the first product, not at import."""
+    if numba.config.CPU_NAME in (None, "host"):
+        return frozenset(k for k, v in _llvm.get_host_cpu_features().items() if v)
+    given = (numba.config.CPU_FEATURES or "").split(",")
+    return frozenset(f[1:] for f in given if f.startswith("+"))
+
+
 def vector_bits() -> int:
     """Width of the vector registers the micro-kernel is built for: 512 with AVX-512F, 256
-    with AVX2 and FMA, 0 otherwise (the micro-kernel is then not used).  The features are the
-    host CPU's, or those numba is told to compile for (``NUMBA_CPU_NAME`` with
-    ``NUMBA_CPU_FEATURES``; a CPU name alone gives 0).  Read at the first product, not at
-    import."""
-    if numba.config.CPU_NAME in (None, "host"):
-        features = {k for k, v in _llvm.get_host_cpu_features().items() if v}
-    else:
-        given = (numba.config.CPU_FEATURES or "").split(",")
-        features = {f[1:] for f in given if f.startswith("+")}
+    with AVX2 and FMA, 0 otherwise (the micro-kernel is then not used)."""
+    features = _cpu_features()
     if "avx512f" in features:
         return 512
     if "avx2" in features and "fma" in features:
         return 256
     return 0
+
+
+def vector_int64() -> bool:
+    """Whether 64-bit integer products take the micro-kernel: only with AVX-512DQ's vpmullq
+    (without it LLVM builds each 64-bit product from three 32-bit multiplies)."""
+    return vector_bits() == 512 and "avx512dq" in _cpu_features()
 
 
 # Register blocks (MR rows, NV vectors of columns) of the micro-kernel by register file.  MR
@@ -92,9 +101,15 @@ _WIDE_BLOCK = {512: (8, 2), 256: (6, 2)}
 @functools.cache
 def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
     """``(tile argument, columns per block)`` of ``matmul_vector`` for ``dtype`` products with
-    ``n`` columns, or ``(None, 0)`` where it does not apply."""
+    ``n`` columns, or ``(None, 0)`` where it does not apply: float32/float64, and int64/uint64
+    where the CPU multiplies 64-bit lanes (int32 keeps the direct kernel, which wins already)."""
     bits = vector_bits()
-    if not bits or dtype not in (_F32, _F64):
+    if not bits:
+        return None, 0
+    if dtype.kind in "iu":
+        if dtype.itemsize != 8 or not vector_int64():
+            return None, 0
+    elif dtype not in (_F32, _F64):
         return None, 0
     lanes = bits // (8 * dtype.itemsize)
     if n >= 2 * lanes:

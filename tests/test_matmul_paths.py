@@ -96,6 +96,7 @@ def vector_width(request, monkeypatch):
     """The micro-kernel's tiles for each register width, whatever the host has (LLVM splits
     wider vectors than the CPU's, so the results hold on any x86-64 CPU)."""
     monkeypatch.setattr(own, "vector_bits", lambda: request.param)
+    monkeypatch.setattr(own, "vector_int64", lambda: request.param == 512)  # AVX-512DQ
     own.vector_tile.cache_clear()
     yield request.param
     own.vector_tile.cache_clear()
@@ -195,7 +196,7 @@ DIRECT_SHAPES = [
 
 @pytest.mark.parametrize("shapes", DIRECT_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", INTS, ids=str)
-def test_direct_integers(paths, rng, dtype, shapes):
+def test_direct_integers(paths, rng, no_vector, dtype, shapes):
     check(operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype))
     assert paths == ["direct"]
 
@@ -221,7 +222,7 @@ def test_direct_small_halves(paths, rng, dtype):
     assert paths == ["direct"]
 
 
-def test_direct_broadcast_batches(paths, rng):
+def test_direct_broadcast_batches(paths, rng, no_vector):
     a = operand(rng, (4, 1, 6, 9), I64)
     b = operand(rng, (1, 3, 9, 10), I64)
     got = check(a, b)
@@ -258,7 +259,7 @@ def test_small_needs_unit_column_stride(paths, rng):
 
 
 # matmul_packed: long K (past the direct kernel's strip limit) and large half products.
-def test_packed_long_k_integers(paths, rng):
+def test_packed_long_k_integers(paths, rng, no_vector):
     k = own.DIRECT_KMAX + 77
     for dtype in (I32, U64):
         paths.clear()
@@ -293,7 +294,7 @@ def test_packed_k_blocks(paths, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", INTS + (F32, F64), ids=str)
-def test_packed_every_type(paths, rng, monkeypatch, dtype):
+def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
     monkeypatch.setattr(own, "DIRECT_KMAX", 8)  # send everything with K > 8 to packed
     a = operand(rng, (2, 11, 29), dtype, "F")
     b = operand(rng, (2, 29, 14), dtype, "neg")
@@ -438,14 +439,15 @@ VECTOR_SHAPES = [
 
 
 @pytest.mark.parametrize("k", [1, 3, 17])
-@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("dtype", [F32, F64, I64, U64], ids=str)
 def test_vector_tile_edges(paths, rng, own_floats, vector_width, dtype, k):
     lanes = vector_width // (8 * dtype.itemsize)
+    narrowest = lanes // 2 if vector_width == 512 else lanes
+    takes = dtype.kind == "f" or vector_width == 512  # 64-bit integers need AVX-512DQ
     for m, n in VECTOR_SHAPES:
         paths.clear()
         check(operand(rng, (3, m, k), dtype), operand(rng, (3, k, n), dtype))
-        narrowest = lanes // 2 if vector_width == 512 else lanes
-        assert (paths == ["vector"]) == (n >= narrowest), (m, n, paths)
+        assert (paths == ["vector"]) == (takes and n >= narrowest), (m, n, paths)
 
 
 @pytest.mark.parametrize("layout_a", ["C", "F", "neg", "step"])
@@ -460,6 +462,14 @@ def test_vector_layouts(paths, rng, own_floats, vector_width, layout_a):
         check(a, bb)
         check(a, bb, out=np.empty((4, 11, 40), F32))
         assert paths == ["vector", "vector"]
+
+
+def test_vector_int64_layouts(paths, rng, vector_width):
+    a = operand(rng, (2, 1, 9, 40), I64, "F")
+    b = operand(rng, (3, 40, 35), I64)
+    check(a, b, out=np.empty((2, 3, 9, 35), I64))
+    check(operand(rng, (70, 33), U64, "step"), operand(rng, (33, 70), U64))
+    assert paths == (["vector"] * 2 if vector_width == 512 else ["direct"] * 2)
 
 
 def test_vector_broadcast_batches(paths, rng, own_floats, vector_width):
@@ -530,7 +540,7 @@ def test_one_specialization_per_dtype(rng):
 
 def test_slp_flag_is_restored(rng):
     before = numba_config.SLP_VECTORIZE
-    noo.matmul(operand(rng, (3, 4, 9), U64), operand(rng, (3, 9, 30), U64))
+    noo.matmul(operand(rng, (3, 4, 9), U32), operand(rng, (3, 9, 30), U32))
     assert numba_config.SLP_VECTORIZE == before
 
 

@@ -10,8 +10,9 @@ widened as they are read, and the operands' own type otherwise (for integers, wr
 arithmetic in the type itself is exactly the result modulo 2**bits).  Each output element is
 narrowed once, when it is stored.
 
-- ``matmul_vector``: float32/float64 products with unit-stride B rows, on the explicit-vector
-  micro-kernel of ``microkernel.py``, reading A and B in place.
+- ``matmul_vector``: float32/float64 (and, with AVX-512DQ, int64/uint64) products with
+  unit-stride B rows, on the explicit-vector micro-kernel of ``microkernel.py``, reading A and
+  B in place.
 - ``matmul_direct``: most other products: a register-blocked broadcast kernel that reads A in
   place and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
 - ``matmul_small``: batches of tiny matrices, read entirely in place.
@@ -331,7 +332,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
 
 @kernel(parallel=True)
 def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, tile):
-    """out[b] = A[b] @ B[b] for float32/float64 on the vector micro-kernel, read in place.
+    """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel.
 
     B must have unit column stride and N >= the tile's width NR.  Work items are (batch
     entry, strip of NR columns), split into ``chunks`` tasks; per item the strip's row blocks

@@ -69,10 +69,11 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     """C block ``c[co + r * c_rs + j]`` (r < ``rows``, j < NV * W) =
     ``sum_k a[ao + min(r, rows - 1) * a_rs + k * a_cs] * b[bo + k * b_rs + j]``, k < ``K``.
 
-    ``a``, ``b`` and ``c`` are 1-D arrays of one float type; B rows and C rows are unit-stride
+    ``a``, ``b`` and ``c`` are 1-D arrays of one type (float32/64 with fused multiply-adds, or
+    32/64-bit integers with wrapping multiplies and adds); B rows and C rows are unit-stride
     (vector loads and stores), A is read one element at a time with any strides.  Rows past
     ``rows`` re-read the last row and are not stored, so every block runs at full height.
-    ``K`` must be at least 1.  The sum runs in order of k, one FMA per term.
+    ``K`` must be at least 1.  The sum runs in order of k, one FMA (one rounding) per term.
     """
     dims = _tile_dims(tile)
     if dims is None:
@@ -80,7 +81,10 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     if not all(isinstance(x, types.Array) and x.ndim == 1 for x in (a, b, c)):
         return None
     dtype = a.dtype
-    if dtype not in (types.float32, types.float64) or b.dtype != dtype or c.dtype != dtype:
+    if b.dtype != dtype or c.dtype != dtype:
+        return None
+    floating = dtype in (types.float32, types.float64)
+    if not (floating or (isinstance(dtype, types.Integer) and dtype.bitwidth in (32, 64))):
         return None
     mr, nv, lanes = dims
     ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows)
@@ -106,9 +110,20 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
         vt = ir.VectorType(ft, lanes)
         vptr = vt.as_pointer()
         align = dtype.bitwidth // 8
-        fma = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fma.v{lanes}f{dtype.bitwidth}"
-        )
+        if floating:
+            fma = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vt, [vt, vt, vt]),
+                f"llvm.fma.v{lanes}f{dtype.bitwidth}",
+            )
+
+            def madd(x, y, acc):
+                return builder.call(fma, [x, y, acc])
+        else:  # integers wrap: vpmullq/vpmulld and vpaddq/vpaddd, exact modulo 2**bits
+
+            def madd(x, y, acc):
+                return builder.add(acc, builder.mul(x, y))
+
         zero = ir.Constant(vt, None)
         splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
         undef = ir.Constant(vt, ir.Undefined)
@@ -149,7 +164,7 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
             xs = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i64, 0)),
                                         undef, splat_mask)  # fmt: skip
             for v in range(nv):
-                new.append(builder.call(fma, [xs, bvecs[v], accs[r * nv + v]]))
+                new.append(madd(xs, bvecs[v], accs[r * nv + v]))
         k1 = builder.add(k, ir.Constant(i64, 1))
         k.add_incoming(k1, loop)
         for phi, val in zip(accs, new, strict=True):
