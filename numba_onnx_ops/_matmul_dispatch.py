@@ -25,13 +25,14 @@ _F64 = np.dtype(np.float64)
 OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
 OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 
-# The vector micro-kernel takes batches of at least this many multiply-adds in all (the launch
-# is paid back), of matrices of at most VECTOR_MAX_MNK multiply-adds (past which OpenBLAS runs
-# each product on every thread, packed, at the same speed).  By register width: on AVX2 both
-# the micro-kernel and OpenBLAS run at half the rate, so the work that pays for the launch
-# doubles.
-VECTOR_MIN_WORK = {512: 1 << 20, 256: 1 << 21}
-VECTOR_MAX_MNK = {512: 512**3, 256: 512**3}
+# The vector micro-kernel takes batches of at least this many multiply-adds in all (its launch
+# and front, about 15 us, are paid back) of matrices of at most VECTOR_MAX_MNK multiply-adds
+# (past which OpenBLAS, packing and running each product on every thread, is as fast or
+# faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
+# its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
+# sooner there, and gain on large ones.
+VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
+VECTOR_MAX_MNK = {512: 512**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.
