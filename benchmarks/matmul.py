@@ -55,12 +55,23 @@ class MatMulSquare:
 # 1024 x 48^3 1.5 (512 x 24^3 even); float64 4096 x 16^3 1.3, 1024 x 32^3 0.9.  Half types,
 # sgemm on float32 panels' time / the own kernel's (float16 and bfloat16): 2-D 128^3 0.95 and
 # 1.35, 256^3 0.58 and 0.67, 512^3 0.53 and 0.54; a batch of 16 128^3 products 1.3 and 2.0.
+#
+# The vector micro-kernel's crossovers (2026-12, Zen 4, machine shared and loaded, so measured
+# on one thread each, NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, in thread CPU time; numpy's
+# time / the own call's, float32 batches of squares).  AVX-512: 32 x 32^3 0.59, 8 x 64^3 0.71,
+# 32 x 64^3 0.88, 2 x 128^3 0.95, 8 x 128^3 1.08, 2 x 256^3 1.05; the own call costs about
+# 15 us more (its launch and front), the rest halves on two threads, while numpy runs such
+# small products on one: the crossover is near 2^21 multiply-adds in all.  AVX2 code
+# (NUMBA_CPU_NAME=znver3 with AVX2/FMA features, OPENBLAS_CORETYPE=Haswell, same core):
+# 32 x 32^3 0.74, 8 x 64^3 0.82, 2 x 128^3 0.83; (8,1,256,256)@(1,8,256,256) own 87 GFLOP/s,
+# OpenBLAS 96 (so 256^3 products stay on BLAS there); 4096 x 8^3 3.2, 2048 x 16^3 1.9.
 
 #: Batched products: many tiny matrices (a path without per-matrix overhead), mid-size batches,
 #: and batch dimensions that broadcast against each other.
 BATCHED = {
     "(4096,8,8)@(4096,8,8)": ((4096, 8, 8), (4096, 8, 8)),
     "(1024,16,16)@(1024,16,16)": ((1024, 16, 16), (1024, 16, 16)),
+    "(2048,16,16)@(2048,16,16)": ((2048, 16, 16), (2048, 16, 16)),
     "(64,128,64)@(64,64,128)": ((64, 128, 64), (64, 64, 128)),
     "(8,1,256,256)@(1,8,256,256)": ((8, 1, 256, 256), (1, 8, 256, 256)),
 }

@@ -1,24 +1,38 @@
 """Where numpy's BLAS beats the own MatMul kernels: the crossovers, by shape and dtype.
 
 numpy.matmul hands a float32/float64 product to OpenBLAS when the layout allows it.  OpenBLAS
-has no launch cost and is faster per core than the register-blocked numba kernels on single
-products, but numpy calls it once per matrix of a batch (about 0.24 us each), so long batches of
-small matrices go to the own kernels.  The crossovers below were measured the way the peer
-comparison times (interleaved, settled samples); the figures are kept with the benchmarks that
-measure them (``benchmarks/matmul.py``).
+has no launch cost (a parallel launch of the own kernels and their front cost about 15 us) and
+packs its operands, so single products stay with it.  But numpy calls it once per matrix of a
+batch, and for small matrices OpenBLAS runs each call on one thread: batches go to the own
+vector micro-kernel, which splits the batch over the threads at about OpenBLAS's speed per
+core, once there is enough work to pay for the launch.  The crossovers were measured the way the
+peer comparison times (interleaved, settled samples); the figures are kept with the benchmarks
+that measure them (``benchmarks/matmul.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ._matmul_own import vector_bits, vector_tile
+
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
-# The own kernels take a float batch of at least this many matrices of at most this many
-# multiply-adds each; float64's vectors hold half as many lanes, so it crosses over later.
+# Without the vector micro-kernel (no AVX2+FMA, or B's columns not unit-stride), the own
+# kernels take a float batch of at least this many matrices of at most this many multiply-adds
+# each; float64's vectors hold half as many lanes, so it crosses over later.
 OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
 OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
+
+# The vector micro-kernel takes batches of at least this many multiply-adds in all (its launch
+# and front, about 15 us, are paid back) of matrices of at most VECTOR_MAX_MNK multiply-adds
+# (past which OpenBLAS, packing and running each product on every thread, is as fast or
+# faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
+# its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
+# sooner there, and gain on large ones.
+VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
+VECTOR_MAX_MNK = {512: 512**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.
@@ -30,7 +44,13 @@ def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> b
     2-D-promoted operands (``nbatch`` matrices; 1 without batch dimensions)."""
     if not (blasable(a2) and blasable(b2)):
         return False
-    return nbatch < OWN_MIN_BATCH[dtype] or m * n * k > OWN_MAX_MNK[dtype]
+    mnk = m * n * k
+    if nbatch >= OWN_MIN_BATCH[dtype] and mnk <= OWN_MAX_MNK[dtype]:
+        return False
+    if nbatch > 1 and b2.strides[-1] == b2.itemsize and vector_tile(dtype, n)[0] is not None:
+        bits = vector_bits()
+        return nbatch * mnk < VECTOR_MIN_WORK[bits] or mnk > VECTOR_MAX_MNK[bits]
+    return True
 
 
 def blasable(x: np.ndarray) -> bool:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
+from llvmlite import binding as _llvm
 
 from ._broadcast import batch_offsets, flat_buffer
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
+from ._kernels.microkernel import tile_shape
 from ._parallel import launch
 from ._slp import launch_slp
 
 _F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 
 # matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
 # float32) the packed kernel, which blocks K, takes over.
@@ -41,7 +46,11 @@ def run(a, b, batch, m, n, k, target) -> None:
         launch(_k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc)
         return
     out3 = tview.reshape(nbatch, m, n)
-    if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= 64:
+    tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
+    if tile is not None:
+        chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
+        launch(_k.matmul_vector, *A, bbuf, b_off, b_rs, out3, m, n, k, chunks, tile)
+    elif b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= 64:
         launch_slp(_k.matmul_small, a.dtype, *A, bbuf, b_off, b_rs, kind, out3, m, n, k, acc)
     elif k <= DIRECT_KMAX and (kind == NATIVE or m * n * k <= 1 << 18):
         # Half types widen A at every use here, so large ones go to the packed kernel,
@@ -52,6 +61,65 @@ def run(a, b, batch, m, n, k, target) -> None:
     else:
         blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
         launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
+
+
+@functools.cache
+def _cpu_features() -> frozenset[str]:
+    """The features numba compiles for: the host CPU's, or those it is told to
+    (``NUMBA_CPU_NAME`` with ``NUMBA_CPU_FEATURES``; a CPU name alone gives none).  Read at
+    the first product, not at import."""
+    if numba.config.CPU_NAME in (None, "host"):
+        return frozenset(k for k, v in _llvm.get_host_cpu_features().items() if v)
+    given = (numba.config.CPU_FEATURES or "").split(",")
+    return frozenset(f[1:] for f in given if f.startswith("+"))
+
+
+def vector_bits() -> int:
+    """Width of the vector registers the micro-kernel is built for: 512 with AVX-512F, 256
+    with AVX2 and FMA, 0 otherwise (the micro-kernel is then not used)."""
+    features = _cpu_features()
+    if "avx512f" in features:
+        return 512
+    if "avx2" in features and "fma" in features:
+        return 256
+    return 0
+
+
+def vector_int64() -> bool:
+    """Whether 64-bit integer products take the micro-kernel: only with AVX-512DQ's vpmullq
+    (without it LLVM builds each 64-bit product from three 32-bit multiplies)."""
+    return vector_bits() == 512 and "avx512dq" in _cpu_features()
+
+
+# Register blocks (MR rows, NV vectors of columns) of the micro-kernel by register file.  MR
+# accumulators per vector of columns, plus the B vectors and one splat, must fit in the
+# vector registers: 32 zmm with AVX-512, 16 ymm with AVX2.  Rows of 8 keep 8 independent FMA
+# chains even for one vector of columns, enough to cover the FMA latency.
+_WIDE_BLOCK = {512: (8, 2), 256: (6, 2)}
+
+
+@functools.cache
+def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
+    """``(tile argument, columns per block)`` of ``matmul_vector`` for ``dtype`` products with
+    ``n`` columns, or ``(None, 0)`` where it does not apply: float32/float64, and int64/uint64
+    where the CPU multiplies 64-bit lanes (int32 keeps the direct kernel, which wins already)."""
+    bits = vector_bits()
+    if not bits:
+        return None, 0
+    if dtype.kind in "iu":
+        if dtype.itemsize != 8 or not vector_int64():
+            return None, 0
+    elif dtype not in (_F32, _F64):
+        return None, 0
+    lanes = bits // (8 * dtype.itemsize)
+    if n >= 2 * lanes:
+        mr, nv = _WIDE_BLOCK[bits]
+        return tile_shape(mr, nv, lanes), nv * lanes
+    if n >= lanes:
+        return tile_shape(8, 1, lanes), lanes
+    if bits == 512 and n >= lanes // 2:  # a 256-bit block for 8 float32 columns
+        return tile_shape(8, 1, lanes // 2), lanes // 2
+    return None, 0
 
 
 def packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):

@@ -196,7 +196,7 @@ def test_bench_command_rejects_unknown_cases(capsys):
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 26
+    assert len(names) == len(_bench.CASES) == 27
     assert set(_bench.DEMO_CASES) <= names
     assert {c.op for c in _bench.CASES} == {"MatMul", "Pow"}
     assert _bench.select_cases(["pow-f16"]) == [

@@ -1,8 +1,9 @@
 """Every MatMul dispatch path, exercised on purpose and checked against exact or float64 oracles.
 
-The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_direct``,
-``matmul_small``, ``matmul_packed``, ``matmul_rows_dot``, ``matmul_cols_axpy``, and for large
-half-type products sgemm on float32 panels (``widen_panels``, BLAS, ``narrow_panel``).  Each case
+The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_vector`` (float32/float64
+on the vector micro-kernel), ``matmul_direct``, ``matmul_small``, ``matmul_packed``,
+``matmul_rows_dot``, ``matmul_cols_axpy``, and for large half-type products sgemm on float32
+panels (``widen_panels``, BLAS, ``narrow_panel``).  Each case
 below names the path it must take (a spy on the launches records it), so a change of the
 dispatch rules cannot silently leave a kernel untested.  Sizes sit on and around the kernels'
 block sizes (micro-tiles 4x3, k padding 8, row blocks 4, column strips of one and two
@@ -40,6 +41,7 @@ HALVES = (F16, BF16)
 _NAMES = {
     "matmul_direct": "direct",
     "matmul_small": "small",
+    "matmul_vector": "vector",
     "matmul_packed": "packed",
     "matmul_rows_dot": "rows_dot",
     "matmul_cols_axpy": "cols_axpy",
@@ -81,6 +83,27 @@ def own_floats(monkeypatch):
     BLAS take them, the dispatch otherwise prefers numpy's BLAS up to long batches)."""
     monkeypatch.setattr(dispatch, "OWN_MIN_BATCH", {F32: 0, F64: 0})
     monkeypatch.setattr(dispatch, "OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
+
+
+@pytest.fixture
+def no_vector(monkeypatch):
+    """As on a CPU without AVX2 and FMA: float products take the plain own kernels."""
+    for module in (own, dispatch):
+        monkeypatch.setattr(module, "vector_tile", lambda dtype, n: (None, 0))
+
+
+@pytest.fixture(params=[512, 256], ids=["avx512", "avx2"])
+def vector_width(request, monkeypatch):
+    """The micro-kernel's tiles for each register width, whatever the host has (LLVM splits
+    wider vectors than the CPU's, so the results hold on any x86-64 CPU)."""
+    monkeypatch.setattr(own, "vector_bits", lambda: request.param)
+    monkeypatch.setattr(own, "vector_int64", lambda: request.param == 512)  # AVX-512DQ
+    own.vector_tile.cache_clear()
+    yield request.param
+    own.vector_tile.cache_clear()
+
+
+VECTOR = "vector" if own.vector_bits() else "small"  # where long batches of 8x8 go
 
 
 # ------------------------------------------------------------------------------------------
@@ -161,7 +184,7 @@ DIRECT_SHAPES = [
 
 @pytest.mark.parametrize("shapes", DIRECT_SHAPES, ids=str)
 @pytest.mark.parametrize("dtype", INTS, ids=str)
-def test_direct_integers(paths, rng, dtype, shapes):
+def test_direct_integers(paths, rng, no_vector, dtype, shapes):
     check(operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype))
     assert paths == ["direct"]
 
@@ -176,7 +199,7 @@ def test_direct_layouts(paths, rng, layout_a, layout_b):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_direct_float_batches(paths, rng, own_floats, dtype):
+def test_direct_float_batches(paths, rng, own_floats, no_vector, dtype):
     check(operand(rng, (5, 21, 19), dtype), operand(rng, (5, 19, 35), dtype))
     assert paths == ["direct"]
 
@@ -187,7 +210,7 @@ def test_direct_small_halves(paths, rng, dtype):
     assert paths == ["direct"]
 
 
-def test_direct_broadcast_batches(paths, rng):
+def test_direct_broadcast_batches(paths, rng, no_vector):
     a = operand(rng, (4, 1, 6, 9), I64)
     b = operand(rng, (1, 3, 9, 10), I64)
     got = check(a, b)
@@ -206,7 +229,7 @@ def test_direct_zero_stride_batch(paths, rng):
     "dtype, n", [(F32, 8), (F32, 9), (F32, 15), (I32, 12), (U32, 8), (F64, 4), (I64, 7), (U64, 5)]
 )
 @pytest.mark.parametrize("m", [2, 3, 4, 7, 8, 9, 12, 15, 16])
-def test_small_batches(paths, rng, own_floats, dtype, n, m):
+def test_small_batches(paths, rng, own_floats, no_vector, dtype, n, m):
     check(operand(rng, (6, m, 7), dtype), operand(rng, (6, 7, n), dtype))
     assert paths == ["small"]
 
@@ -224,7 +247,7 @@ def test_small_needs_unit_column_stride(paths, rng):
 
 
 # matmul_packed: long K (past the direct kernel's strip limit) and large half products.
-def test_packed_long_k_integers(paths, rng):
+def test_packed_long_k_integers(paths, rng, no_vector):
     k = own.DIRECT_KMAX + 77
     for dtype in (I32, U64):
         paths.clear()
@@ -259,7 +282,7 @@ def test_packed_k_blocks(paths, rng, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", INTS + (F32, F64), ids=str)
-def test_packed_every_type(paths, rng, monkeypatch, dtype):
+def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
     monkeypatch.setattr(own, "DIRECT_KMAX", 8)  # send everything with K > 8 to packed
     a = operand(rng, (2, 11, 29), dtype, "F")
     b = operand(rng, (2, 29, 14), dtype, "neg")
@@ -362,11 +385,9 @@ def test_blas_two_dimensional(paths, rng, dtype, shapes):
         (F32, (70, 80), (80, 90), "blas"),
         (F32, (3, 21, 19), (19, 35), "blas"),
         (F32, (2, 1, 30, 40), (3, 40, 50), "blas"),
-        (F32, (1024, 8, 8), (1024, 8, 8), "small"),  # long batches of small matrices: own
-        (F32, (1024, 40, 30), (30, 20), "direct"),
-        (F32, (1024, 60, 60), (60, 60), "blas"),  # past the own kernels' size
-        (F64, (1024, 16, 16), (1024, 16, 16), "blas"),
-        (F64, (4096, 4, 16), (4096, 16, 4), "small"),
+        (F32, (1024, 8, 8), (1024, 8, 8), VECTOR),  # long batches of small matrices: own
+        (F32, (1024, 40, 30), (30, 20), "vector" if VECTOR == "vector" else "direct"),
+        (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),
     ],
     ids=str,
 )
@@ -375,13 +396,103 @@ def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
     assert paths == [path]
 
 
+@pytest.mark.skipif(not own.vector_bits(), reason="no AVX2+FMA: batches stay on BLAS")
+@pytest.mark.parametrize(
+    "dtype, a_shape, b_shape, path",
+    [
+        (F32, (2, 8, 8), (2, 8, 8), "blas"),  # too little work to pay for a launch
+        (F32, (64, 128, 64), (64, 64, 128), "vector"),
+        # 256^3 products: OpenBLAS's AVX2 kernels are faster per core than the micro-kernel
+        (F32, (8, 1, 256, 256), (1, 8, 256, 256), "vector" if own.vector_bits() == 512 else "blas"),
+        (F32, (2, 700, 700), (2, 700, 700), "blas"),  # past the micro-kernel's range
+        (F64, (64, 64, 64), (64, 64, 64), "vector"),
+    ],
+    ids=str,
+)
+def test_vector_or_blas_by_work(paths, rng, dtype, a_shape, b_shape, path):
+    check(operand(rng, a_shape, dtype), operand(rng, b_shape, dtype))
+    assert paths == [path]
+
+
+def test_vector_needs_unit_column_stride(paths, rng):
+    b = operand(rng, (64, 64, 64), F32).transpose(0, 2, 1)  # BLAS takes it, the micro-kernel not
+    check(operand(rng, (64, 64, 64), F32), b)
+    assert paths == ["blas"]
+
+
+# matmul_vector: every tile of both register widths, on and around its edges.  Rows: blocks
+# of 6 or 8 (the last one clamped); columns: one or two vectors of 8 or 16 float32 (4 or 8
+# float64), the last strip shifted left; K from 1.
+VECTOR_SHAPES = [
+    (m, n) for m in (2, 5, 6, 8, 9, 13, 17) for n in (4, 7, 8, 9, 15, 16, 17, 31, 33, 64, 70)
+]
+
+
+@pytest.mark.parametrize("k", [1, 3, 17])
+@pytest.mark.parametrize("dtype", [F32, F64, I64, U64], ids=str)
+def test_vector_tile_edges(paths, rng, own_floats, vector_width, dtype, k):
+    lanes = vector_width // (8 * dtype.itemsize)
+    narrowest = lanes // 2 if vector_width == 512 else lanes
+    takes = dtype.kind == "f" or vector_width == 512  # 64-bit integers need AVX-512DQ
+    for m, n in VECTOR_SHAPES:
+        paths.clear()
+        check(operand(rng, (3, m, k), dtype), operand(rng, (3, k, n), dtype))
+        assert (paths == ["vector"]) == (takes and n >= narrowest), (m, n, paths)
+
+
+@pytest.mark.parametrize("layout_a", ["C", "F", "neg", "step"])
+def test_vector_layouts(paths, rng, own_floats, vector_width, layout_a):
+    a = operand(rng, (4, 11, 21), F32, layout_a)
+    b = operand(rng, (4, 21, 40), F32)
+    rows_reversed = np.ascontiguousarray(b[:, ::-1])[:, ::-1]  # negative row stride, unit columns
+    rows_apart = np.zeros((4, 42, 40), F32)
+    rows_apart[:, ::2] = b
+    for bb in (b, rows_reversed, rows_apart[:, ::2]):
+        paths.clear()
+        check(a, bb)
+        check(a, bb, out=np.empty((4, 11, 40), F32))
+        assert paths == ["vector", "vector"]
+
+
+def test_vector_int64_layouts(paths, rng, vector_width):
+    a = operand(rng, (2, 1, 9, 40), I64, "F")
+    b = operand(rng, (3, 40, 35), I64)
+    check(a, b, out=np.empty((2, 3, 9, 35), I64))
+    check(operand(rng, (70, 33), U64, "step"), operand(rng, (33, 70), U64))
+    assert paths == (["vector"] * 2 if vector_width == 512 else ["direct"] * 2)
+
+
+def test_vector_broadcast_batches(paths, rng, own_floats, vector_width):
+    a = operand(rng, (3, 1, 10, 9), F64)
+    b = operand(rng, (1, 4, 9, 19), F64)
+    got = check(a, b)
+    assert got.shape == (3, 4, 10, 19)
+    a = np.broadcast_to(operand(rng, (10, 9), F32), (5, 10, 9))  # stride 0 along the batch
+    check(a, operand(rng, (5, 9, 33), F32))
+    assert paths == ["vector", "vector"]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_vector_exact_sums_and_specials(rng, own_floats, vector_width, dtype):
+    # small integers: every partial sum is exact, so the result must equal the exact product;
+    # infinities and NaN propagate as in IEEE arithmetic
+    a = rng.integers(-3, 4, (6, 19, 40)).astype(dtype)
+    b = rng.integers(-3, 4, (6, 40, 35)).astype(dtype)
+    want = np.matmul(a.astype(object), b.astype(object)).astype(dtype)
+    np.testing.assert_array_equal(noo.matmul(a, b), want)
+    a[0, 0, 0], a[1, 2, 3], b[2, 4, 5] = np.inf, np.nan, -np.inf
+    with np.errstate(invalid="ignore"):
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(dtype)
+    np.testing.assert_array_equal(noo.matmul(a, b), want)
+
+
 @pytest.mark.parametrize("layout", ["neg", "step"])
 def test_layouts_blas_cannot_take_are_own(paths, rng, layout):
     # numpy.matmul would fall back to its plain loop on these: the own kernel takes them
     a, b = operand(rng, (70, 80), F32, layout), operand(rng, (80, 90), F32)
     check(a, b)
     check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran: BLAS takes it
-    assert paths == ["direct", "blas"]
+    assert paths == ["vector" if VECTOR == "vector" else "direct", "blas"]
 
 
 def test_float64_two_dimensional_is_blas(paths, rng):
@@ -481,3 +592,38 @@ def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
     asm = twin.inspect_asm(twin.signatures[0])
     assert len(re.findall(needle, asm)) >= 8
     np.testing.assert_array_equal(out[0], np.full((8, 16), 8, dtype))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not own.vector_bits(), reason="no AVX2+FMA")
+def test_vector_kernel_inner_loop():
+    """The micro-kernel's K loop, as compiled for this CPU: one register FMA per accumulator
+    and step (vfmadd231ps on zmm or ymm), and no vector register spilled to or reloaded from
+    the stack inside the loop."""
+    import numba
+
+    from numba_onnx_ops._kernels.microkernel import vector_tile
+
+    tile, nr = own.vector_tile(F32, 64)
+    mr = sum(1 for x in tile if isinstance(x, np.int8))
+    reg = "zmm" if own.vector_bits() == 512 else "ymm"
+
+    @numba.njit
+    def block(a, b, c, k, tile):
+        vector_tile(a, 0, k, 1, b, 0, nr, c, 0, nr, k, mr, tile)
+
+    k = 37
+    a = np.arange(mr * k, dtype=F32) % 7 - 3
+    b = np.arange(k * nr, dtype=F32) % 5 - 2
+    c = np.empty(mr * nr, F32)
+    block(a, b, c, k, tile)
+    want = a.reshape(mr, k).astype(np.float64) @ b.reshape(k, nr).astype(np.float64)
+    np.testing.assert_array_equal(c.reshape(mr, nr), want)
+    asm = block.inspect_asm(block.signatures[0])
+    fma = re.compile(rf"vfmadd231ps\s+.*%{reg}\d+, %{reg}\d+$")
+    loops = re.split(r"\n(?=\.LBB)", asm)  # basic blocks
+    body = max(loops, key=lambda blk: sum(bool(fma.search(x)) for x in blk.splitlines()))
+    fmas = sum(bool(fma.search(x)) for x in body.splitlines())
+    print(f"{fmas} register FMAs on {reg} in the K loop of a {mr}x{nr} block")
+    assert fmas > 0 and fmas % (mr * nr // (16 if reg == "zmm" else 8)) == 0, fmas
+    assert not re.search(rf"%{reg}\d+, -?\d*\(%rsp\)|\(%rsp\), %{reg}\d+", body)

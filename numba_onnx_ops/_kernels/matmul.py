@@ -10,8 +10,11 @@ widened as they are read, and the operands' own type otherwise (for integers, wr
 arithmetic in the type itself is exactly the result modulo 2**bits).  Each output element is
 narrowed once, when it is stored.
 
-- ``matmul_direct``: most products: a register-blocked broadcast kernel that reads A in place
-  and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
+- ``matmul_vector``: float32/float64 (and, with AVX-512DQ, int64/uint64) products with
+  unit-stride B rows, on the explicit-vector micro-kernel of ``microkernel.py``, reading A and
+  B in place.
+- ``matmul_direct``: most other products: a register-blocked broadcast kernel that reads A in
+  place and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
 - ``matmul_small``: batches of tiny matrices, read entirely in place.
 - ``matmul_packed``: long K and large half-type products: packed panels (halves widened once)
   and a register-blocked dot-product micro-kernel, K walked in blocks.
@@ -30,6 +33,7 @@ from numba.extending import overload
 
 from ._jit import kernel
 from .convert import narrow, widen
+from .microkernel import tile_cols, tile_rows, vector_tile
 from .stack import stack_buffer
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
@@ -324,6 +328,37 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
                         acc[0, j] += aik * widen(_at(b, bk + j), kind)
                 for j in range(SV):
                     flat[np.uint64(oo + i * N + j0 + j)] = narrow(acc[0, j], kind, out)
+
+
+@kernel(parallel=True)
+def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, tile):
+    """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel.
+
+    B must have unit column stride and N >= the tile's width NR.  Work items are (batch
+    entry, strip of NR columns), split into ``chunks`` tasks; per item the strip's row blocks
+    each run the whole K loop in registers.  The last strip is shifted left to end at N (its
+    overlap is computed twice, identically); the last row block re-reads row M-1 and stores
+    only the rows that exist.  (Copying the strip of B to a contiguous buffer first, so rows
+    a power of two apart do not share L1 sets, measured no faster on 128x64x128 batches.)
+    """
+    MR = tile_rows(tile)
+    NR = tile_cols(tile)
+    flat = out.reshape(out.size)
+    nstrips = (N + NR - 1) // NR
+    items = out.shape[0] * nstrips
+    per = (items + chunks - 1) // chunks
+    for t in prange(chunks):
+        for item in range(t * per, min(items, (t + 1) * per)):
+            bi = item // nstrips
+            j0 = min((item - bi * nstrips) * NR, N - NR)
+            ao = a_off[bi]
+            bo = b_off[bi] + j0
+            co = bi * M * N + j0
+            for i0 in range(0, M, MR):
+                vector_tile(
+                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
+                    min(MR, M - i0), tile,
+                )  # fmt: skip
 
 
 @kernel(parallel=True, fastmath=_FASTMATH)

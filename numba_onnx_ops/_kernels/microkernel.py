@@ -1,0 +1,184 @@
+"""A register-blocked MatMul micro-kernel written as LLVM vector code.
+
+numba's loop and SLP vectorizers turn the plain register-blocked loops of ``matmul.py`` into
+vector code, but not into a schedule that keeps the FMA units busy (about 70% of peak at best).
+Here the whole K loop of one MR x (NV * W) block of C is emitted directly: per step, NV vector
+loads of a B row, MR scalar loads of A splatted across a vector, MR * NV calls of
+``llvm.fma``, all accumulators carried as phi nodes (they stay in registers), and the C block
+stored once at the end.  The block's shape comes from the type of a tuple argument, so each
+shape is its own (cached) specialization and the shapes are chosen by the caller.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, overload
+
+# Tile dimensions travel in the type of a flat tuple (a nested one cannot enter a prange body):
+# MR elements of int8, NV of int16 and W of int32; the values are never read.
+_DIM_TYPES = (types.int8, types.int16, types.int32)
+
+
+def tile_shape(mr: int, nv: int, lanes: int) -> tuple:
+    """The tile argument of ``vector_tile``: MR rows, NV vectors of ``lanes`` elements a row."""
+    return (np.int8(0),) * mr + (np.int16(0),) * nv + (np.int32(0),) * lanes
+
+
+def _tile_dims(tile) -> tuple[int, int, int] | None:
+    if not isinstance(tile, types.BaseTuple):
+        return None
+    dims = tuple(sum(t == d for t in tile.types) for d in _DIM_TYPES)
+    if sum(dims) != len(tile) or 0 in dims:
+        return None
+    return dims
+
+
+def tile_rows(tile):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+def tile_cols(tile):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+@overload(tile_rows, inline="always")
+def _tile_rows_ov(tile):
+    """MR of a tile, as a constant."""
+    dims = _tile_dims(tile)
+    if dims is None:
+        return None
+    mr = dims[0]
+    return lambda tile: mr
+
+
+@overload(tile_cols, inline="always")
+def _tile_cols_ov(tile):
+    """NV * W of a tile (the columns of a block), as a constant."""
+    dims = _tile_dims(tile)
+    if dims is None:
+        return None
+    nr = dims[1] * dims[2]
+    return lambda tile: nr
+
+
+@intrinsic
+def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
+    """C block ``c[co + r * c_rs + j]`` (r < ``rows``, j < NV * W) =
+    ``sum_k a[ao + min(r, rows - 1) * a_rs + k * a_cs] * b[bo + k * b_rs + j]``, k < ``K``.
+
+    ``a``, ``b`` and ``c`` are 1-D arrays of one type (float32/64 with fused multiply-adds, or
+    32/64-bit integers with wrapping multiplies and adds); B rows and C rows are unit-stride
+    (vector loads and stores), A is read one element at a time with any strides.  Rows past
+    ``rows`` re-read the last row and are not stored, so every block runs at full height.
+    ``K`` must be at least 1.  The sum runs in order of k, one FMA (one rounding) per term.
+    """
+    dims = _tile_dims(tile)
+    if dims is None:
+        return None
+    if not all(isinstance(x, types.Array) and x.ndim == 1 for x in (a, b, c)):
+        return None
+    dtype = a.dtype
+    if b.dtype != dtype or c.dtype != dtype:
+        return None
+    floating = dtype in (types.float32, types.float64)
+    if not (floating or (isinstance(dtype, types.Integer) and dtype.bitwidth in (32, 64))):
+        return None
+    mr, nv, lanes = dims
+    ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows)
+    if not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    sig = types.void(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        argtys = signature.args
+
+        def as_i64(i):
+            return context.cast(builder, args[i], argtys[i], types.int64)
+
+        def data(i):
+            return context.make_array(argtys[i])(context, builder, args[i]).data
+
+        ap, bp, cp = data(0), data(4), data(7)
+        ao_, a_rs_, a_cs_, bo_, b_rs_, co_, c_rs_, k_, rows_ = (
+            as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11)
+        )
+        ft = context.get_value_type(dtype)
+        vt = ir.VectorType(ft, lanes)
+        vptr = vt.as_pointer()
+        align = dtype.bitwidth // 8
+        if floating:
+            fma = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(vt, [vt, vt, vt]),
+                f"llvm.fma.v{lanes}f{dtype.bitwidth}",
+            )
+
+            def madd(x, y, acc):
+                return builder.call(fma, [x, y, acc])
+        else:  # integers wrap: vpmullq/vpmulld and vpaddq/vpaddd, exact modulo 2**bits
+
+            def madd(x, y, acc):
+                return builder.add(acc, builder.mul(x, y))
+
+        zero = ir.Constant(vt, None)
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
+        undef = ir.Constant(vt, ir.Undefined)
+
+        # Row pointers of A, the rows past ``rows`` clamped to the last one.
+        last = builder.sub(rows_, ir.Constant(i64, 1))
+        arows = []
+        for r in range(mr):
+            rr = ir.Constant(i64, r)
+            rr = builder.select(builder.icmp_signed("<", rr, last), rr, last)
+            arows.append(builder.gep(ap, [builder.add(ao_, builder.mul(rr, a_rs_))]))
+        bbase = builder.gep(bp, [bo_])
+
+        entry = builder.block
+        loop = builder.append_basic_block("k_loop")
+        done = builder.append_basic_block("k_done")
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        k = builder.phi(i64)
+        k.add_incoming(ir.Constant(i64, 0), entry)
+        accs = []
+        for _ in range(mr * nv):
+            phi = builder.phi(vt)
+            phi.add_incoming(zero, entry)
+            accs.append(phi)
+        brow = builder.gep(bbase, [builder.mul(k, b_rs_)])
+        bvecs = [
+            builder.load(
+                builder.bitcast(builder.gep(brow, [ir.Constant(i64, v * lanes)]), vptr),
+                align=align,
+            )
+            for v in range(nv)
+        ]
+        ak = builder.mul(k, a_cs_)
+        new = []
+        for r in range(mr):
+            x = builder.load(builder.gep(arows[r], [ak]), align=align)
+            xs = builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i64, 0)),
+                                        undef, splat_mask)  # fmt: skip
+            for v in range(nv):
+                new.append(madd(xs, bvecs[v], accs[r * nv + v]))
+        k1 = builder.add(k, ir.Constant(i64, 1))
+        k.add_incoming(k1, loop)
+        for phi, val in zip(accs, new, strict=True):
+            phi.add_incoming(val, loop)
+        builder.cbranch(builder.icmp_signed("<", k1, k_), loop, done)
+
+        builder.position_at_end(done)
+        for r in range(mr):
+            crow = builder.gep(cp, [builder.add(co_, builder.mul(ir.Constant(i64, r), c_rs_))])
+            store_row = builder.icmp_signed("<", ir.Constant(i64, r), rows_)
+            with builder.if_then(store_row, likely=True):
+                for v in range(nv):
+                    ptr = builder.bitcast(builder.gep(crow, [ir.Constant(i64, v * lanes)]), vptr)
+                    builder.store(new[r * nv + v], ptr, align=align)
+        return context.get_dummy_value()
+
+    return sig, codegen
