@@ -93,9 +93,12 @@ CASES: tuple[Case, ...] = (
     _pw("pow-i32-e3", "int32", _X, 1.2, exponent=3),
     _pw("pow-i64-e3", "int64", _X, 1.2, exponent=3),
     _pw("pow-f16-e2", "float16", _X, 2.0, exponent=2.0),
-    _pw("pow-f16-e3.7", "float16", _X, 2.0, exponent=3.7),
+    _pw("pow-f16-e3.7", "float16", _X, 8.0, exponent=3.7),
+    _pw("pow-f16-e-1.5", "float16", _X, 8.0, exponent=-1.5),
+    _pw("pow-f16-e0.5", "float16", _X, 4.0, exponent=0.5),
     _pw("pow-f32-i64e2", "float32", _X, 1.2, exponent=2, y_dtype="int64"),
-    _pw("pow-bf16-f32e3.7", "bfloat16", _X, 3.0, exponent=3.7, y_dtype="float32"),
+    _pw("pow-bf16-f32e3.7", "bfloat16", _X, 8.0, exponent=3.7, y_dtype="float32"),
+    _pw("pow-bf16-e0.75", "bfloat16", _X, 8.0, exponent=0.75),
 )
 
 #: The short comparison of the main job (``python -m numba_onnx_ops``): one case per kind of
