@@ -8,6 +8,7 @@ integers in [0, 4).  Every class warms up in ``setup``, so ``time_*`` results ho
 from __future__ import annotations
 
 import numpy as np
+from numba import njit, prange
 
 from numba_onnx_ops import pow  # noqa: A004 - the ONNX operator's name
 
@@ -146,3 +147,48 @@ class PowTypes:
 
     def time_pow(self, x_dtype, y_dtype, y):
         pow(self.x, self.y)
+
+
+@njit(parallel=True)
+def _parallel_copy(src, dst):
+    for i in prange(src.size):
+        dst[i] = src[i]
+
+
+#: Half-type bases with a 0-d exponent: (X dtype, Y dtype, exponent).  All but x ** 0.5 map
+#: the base's bits through a cached table of the 65,536 results; 0.5 keeps its vectorized
+#: square root.
+HALF_CASES = [
+    "float16 ^ float16 3.7",
+    "float16 ^ float16 -1.5",
+    "float16 ^ float16 0.5",
+    "bfloat16 ^ float32 3.7",
+    "bfloat16 ^ bfloat16 0.75",
+]
+
+
+class PowHalfTable:
+    """Half-type x ** y with a 0-d exponent, next to a parallel copy of the same bytes (the
+    floor a table gather can approach)."""
+
+    params = (HALF_CASES,)
+    param_names = ("case",)
+    timeout = 300
+
+    def setup(self, case):
+        x_dtype, _, y_dtype, value = case.split()
+        self.x = _base(np.random.default_rng(0), (ROWS, COLS), x_dtype)
+        self.y = np.asarray(float(value)).astype(dtype(y_dtype))
+        self.out = pow(self.x, self.y)  # warm-up: compiles, and builds the table
+        self.bits = self.x.view(np.uint16).reshape(-1)
+        self.copy = np.empty_like(self.bits)
+        _parallel_copy(self.bits, self.copy)
+
+    def time_pow(self, case):
+        pow(self.x, self.y)
+
+    def time_pow_out(self, case):
+        pow(self.x, self.y, out=self.out)
+
+    def time_parallel_copy(self, case):
+        _parallel_copy(self.bits, self.copy)
