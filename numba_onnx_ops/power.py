@@ -232,6 +232,8 @@ TABLE_USE_MIN = 1024
 _HALF_TYPES = (FLOAT16, BFLOAT16)
 _HALF_DIRECT = (_k.pow_square, _k.pow_sqrt, _k.pow_recip)
 _tables = TableCache()
+_NO_TABLE = np.empty(0, np.uint16)
+_NO_TABLE.flags.writeable = False  # the type of every cached table: one specialization
 
 
 def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
@@ -246,7 +248,7 @@ def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarra
         if x.dtype in _HALF_TYPES and target.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
             table = _half_table(x.dtype, y, kernel, exponent, target.size)
             if table is not None:
-                _gather(x, table, shape, target)
+                _direct(kernel, exponent, x, y, shape, target, table)
                 return
     else:
         kernel, exponent = _k.pow_general, None
@@ -269,16 +271,9 @@ def _half_table(xdtype: np.dtype, y: np.ndarray, kernel, exponent, size: int):
     return _tables.get_or_build(key, build)
 
 
-def _gather(x: np.ndarray, table: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
-    xbuf, xorg, xstr = flat_buffer(x.view(np.uint16))
-    dims, (xs,) = coalesce(list(shape), broadcast_strides(x.shape, xstr, shape))
-    tview = target.view(np.uint16).reshape(-1)
-    launch(_k.pow_table, xbuf, xorg, np.array(xs, np.int64), table, tview, np.array(dims, np.int64))
-
-
-def _direct(kernel, exponent, x: np.ndarray, y: np.ndarray, shape, target: np.ndarray) -> None:
+def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> None:
     """Run an exponent class's kernel (``exponent``: its scalar argument, ``None`` for an
-    array ``y``)."""
+    array ``y``); with a ``table``, the kernel maps ``x`` through it instead of computing."""
     xv, xkind = kernel_view(x)
     xbuf, xorg, xstr = flat_buffer(xv)
     if exponent is None:
@@ -295,4 +290,5 @@ def _direct(kernel, exponent, x: np.ndarray, y: np.ndarray, shape, target: np.nd
         xbuf, xorg, np.array(xs, np.int64), xkind,
         ybuf, yorg, np.array(ys, np.int64), ykind,
         tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
+        _NO_TABLE if table is None else table,
     )  # fmt: skip
