@@ -479,8 +479,8 @@ def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # Two passes, log into ov and a buffer, then exp: in one loop, LLVM's cost model turned
     # vectorization down (five table lookups that AVX2 cannot gather quickly); apart, both
-    # loops vectorize, 2x faster.
-    low = np.empty(ov.size)
+    # loops vectorize, 2x faster.  The buffer (128 KiB) is on the stack, not the heap.
+    low = carray(stack_buffer(CHUNK, 0.0), (CHUNK,))
     for j in range(ov.size):
         ov[j], low[j] = log_wide(xv[j])
     bad = False
