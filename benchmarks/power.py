@@ -7,7 +7,9 @@ integers in [0, 4).  Every class warms up in ``setup``, so ``time_*`` results ho
 
 from __future__ import annotations
 
+import numba
 import numpy as np
+from numba import njit, prange
 
 from numba_onnx_ops import pow  # noqa: A004 - the ONNX operator's name
 
@@ -145,4 +147,103 @@ class PowTypes:
         pow(self.x, self.y)
 
     def time_pow(self, x_dtype, y_dtype, y):
+        pow(self.x, self.y)
+
+
+@njit(parallel=True)
+def _parallel_copy(src, dst):
+    for i in prange(src.size):
+        dst[i] = src[i]
+
+
+#: Half-type bases with a 0-d exponent: (X dtype, Y dtype, exponent).  All but x ** 0.5 map
+#: the base's bits through a cached table of the 65,536 results; 0.5 keeps its vectorized
+#: square root.
+HALF_CASES = [
+    "float16 ^ float16 3.7",
+    "float16 ^ float16 -1.5",
+    "float16 ^ float16 0.5",
+    "bfloat16 ^ float32 3.7",
+    "bfloat16 ^ bfloat16 0.75",
+]
+
+
+class PowHalfTable:
+    """Half-type x ** y with a 0-d exponent, next to a parallel copy of the same bytes (the
+    floor a table gather can approach)."""
+
+    params = (HALF_CASES,)
+    param_names = ("case",)
+    timeout = 300
+
+    def setup(self, case):
+        x_dtype, _, y_dtype, value = case.split()
+        self.x = _base(np.random.default_rng(0), (ROWS, COLS), x_dtype)
+        self.y = np.asarray(float(value)).astype(dtype(y_dtype))
+        self.out = pow(self.x, self.y)  # warm-up: compiles, and builds the table
+        self.bits = self.x.view(np.uint16).reshape(-1)
+        self.copy = np.empty_like(self.bits)
+        _parallel_copy(self.bits, self.copy)
+
+    def time_pow(self, case):
+        pow(self.x, self.y)
+
+    def time_pow_out(self, case):
+        pow(self.x, self.y, out=self.out)
+
+    def time_parallel_copy(self, case):
+        _parallel_copy(self.bits, self.copy)
+
+
+class PowOneThread:
+    """Float x ** 3.7 and x ** y (same shape) on one thread, as a dask task runs it; numpy's
+    ``power`` (Intel SVML on AVX-512 machines) is the same-thread peer."""
+
+    params = (["float32", "float64"], ["3.7", "same shape"])
+    param_names = ("dtype", "exponent")
+    timeout = 300
+
+    def setup(self, dtype_name, exponent):
+        rng = np.random.default_rng(0)
+        self.x = _base(rng, (ROWS, COLS), dtype_name)
+        if exponent == "same shape":
+            self.y = _exponents(rng, (ROWS, COLS), dtype_name)
+        else:
+            self.y = np.asarray(float(exponent), dtype(dtype_name))
+        pow(self.x, self.y)
+
+    def time_pow(self, dtype_name, exponent):
+        threads = numba.get_num_threads()  # restored: tests run every class in one process
+        numba.set_num_threads(1)
+        try:
+            pow(self.x, self.y)
+        finally:
+            numba.set_num_threads(threads)
+
+    def time_numpy(self, dtype_name, exponent):
+        np.power(self.x, self.y)
+
+
+class PowBaseDistribution:
+    """Float x ** 3.7 over bases near 1, over magnitudes 2**-30..2**30, and over [-4, 4) (half
+    negative: NaN results), next to the default [0.25, 4): the spread of our own times."""
+
+    params = (["float32", "float64"], ["0.25..4", "near 1", "wide", "negative"])
+    param_names = ("dtype", "bases")
+    timeout = 300
+
+    def setup(self, dtype_name, bases):
+        rng = np.random.default_rng(0)
+        n = int(np.prod(shape(ROWS, COLS)))
+        values = {
+            "0.25..4": lambda: rng.uniform(0.25, 4.0, n),
+            "near 1": lambda: rng.uniform(0.9, 1.1, n),
+            "wide": lambda: np.exp2(rng.uniform(-30.0, 30.0, n)),
+            "negative": lambda: rng.uniform(-4.0, 4.0, n),
+        }[bases]()
+        self.x = values.astype(dtype(dtype_name))
+        self.y = np.asarray(3.7, dtype(dtype_name))
+        pow(self.x, self.y)
+
+    def time_pow(self, dtype_name, bases):
         pow(self.x, self.y)

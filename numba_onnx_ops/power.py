@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
-from ._dtypes import BFLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
+from ._dtypes import BFLOAT16, FLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
 from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import power as _k
 from ._parallel import launch
+from ._tables import TableCache
 from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
 
 if TYPE_CHECKING:
@@ -218,6 +219,23 @@ def _scalar_class(xdtype: np.dtype, y: np.ndarray):
     return _k.pow_general, (np.uint64(n) if n > np.iinfo(np.int64).max else np.int64(n))
 
 
+# Half-type bases with a one-element exponent go through a table of the results for all 65,536
+# bit patterns, built by the kernels below (so bit-identical to them) and cached.  A cached
+# table serves calls from TABLE_USE_MIN elements on (below, launch costs dominate both paths:
+# measured equal at 256 elements, the table ahead from about 1K).  A table is built once a
+# call, or the calls since the last build with that exponent, reach TABLE_BUILD_MIN elements:
+# building costs the direct kernel over 65,536 elements.  Squares, square roots and
+# reciprocals stay direct: their vectorized loops run at memory speed, ahead of a scalar gather
+# (10M float16, CPU time on 2 threads: x ** 2 1.2 ms, table 3.0 ms).
+TABLE_BUILD_MIN = 65536
+TABLE_USE_MIN = 1024
+_HALF_TYPES = (FLOAT16, BFLOAT16)
+_HALF_DIRECT = (_k.pow_square, _k.pow_sqrt, _k.pow_recip)
+_tables = TableCache()
+_NO_TABLE = np.empty(0, np.uint16)
+_NO_TABLE.flags.writeable = False  # the type of every cached table: one specialization
+
+
 def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
     if y.size == 1:
         kernel, exponent = _scalar_class(x.dtype, y)
@@ -227,8 +245,35 @@ def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarra
         if kernel == "copy":
             np.copyto(target, np.broadcast_to(x, shape))
             return
+        if x.dtype in _HALF_TYPES and target.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
+            table = _half_table(x.dtype, y, kernel, exponent, target.size)
+            if table is not None:
+                _direct(kernel, exponent, x, y, shape, target, table)
+                return
     else:
         kernel, exponent = _k.pow_general, None
+    _direct(kernel, exponent, x, y, shape, target)
+
+
+def _half_table(xdtype: np.dtype, y: np.ndarray, kernel, exponent, size: int):
+    """The table of a half-type base and this exponent, or ``None`` while it does not pay."""
+    key = (xdtype, y.dtype, y.tobytes())
+    table = _tables.get(key)
+    if table is not None or not _tables.count(key, size, TABLE_BUILD_MIN):
+        return table
+
+    def build() -> np.ndarray:
+        every = np.arange(65536, dtype=np.uint16).view(xdtype)
+        table = np.empty(65536, xdtype)
+        _direct(kernel, exponent, every, y, every.shape, table)
+        return table.view(np.uint16)
+
+    return _tables.get_or_build(key, build)
+
+
+def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> None:
+    """Run an exponent class's kernel (``exponent``: its scalar argument, ``None`` for an
+    array ``y``); with a ``table``, the kernel maps ``x`` through it instead of computing."""
     xv, xkind = kernel_view(x)
     xbuf, xorg, xstr = flat_buffer(xv)
     if exponent is None:
@@ -245,4 +290,5 @@ def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarra
         xbuf, xorg, np.array(xs, np.int64), xkind,
         ybuf, yorg, np.array(ys, np.int64), ykind,
         tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
+        _NO_TABLE if table is None else table,
     )  # fmt: skip

@@ -196,11 +196,13 @@ def test_bench_command_rejects_unknown_cases(capsys):
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 27
+    assert len(names) == len(_bench.CASES) == 40
     assert set(_bench.DEMO_CASES) <= names
     assert {c.op for c in _bench.CASES} == {"MatMul", "Pow"}
     assert _bench.select_cases(["pow-f16"]) == [
-        c for c in _bench.CASES if c.name in ("pow-f16-e2", "pow-f16-e3.7")
+        c
+        for c in _bench.CASES
+        if c.name in ("pow-f16-e2", "pow-f16-e3.7", "pow-f16-e-1.5", "pow-f16-e0.5")
     ]
 
 

@@ -6,6 +6,7 @@ the project aims for (shown only by ``bench --targets``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -28,7 +29,8 @@ class Case:
 
     ``exponent`` (Pow only) makes Y a 0-d array of that value; otherwise Y is random data of
     ``shapes[1]``.  ``quick_shapes`` replaces ``shapes`` under ``--quick`` where a peer would take
-    seconds per call at full size.
+    seconds per call at full size.  ``bases`` (Pow only) picks another distribution of X than
+    the default (see ``BASES``); ``threads`` runs every contender on that many threads.
     """
 
     name: str
@@ -38,6 +40,8 @@ class Case:
     target: float
     exponent: float | None = None
     quick_shapes: tuple[Shape, Shape] | None = None
+    bases: str | None = None
+    threads: int | None = None
 
     def shapes_at(self, size: str) -> tuple[Shape, Shape]:
         if size == "quick" and self.quick_shapes is not None:
@@ -51,17 +55,28 @@ class Case:
         (sa, sb), (da, db) = self.shapes_at(size), self.dtypes
         if self.op == "MatMul":
             return f"{da} {_fmt_shape(sa)} @ {_fmt_shape(sb)}"
+        notes = "".join(
+            f", {note}"
+            for note in (
+                self.bases and f"{self.bases} bases",
+                self.threads and f"{self.threads} thread" + "s" * (self.threads > 1),
+            )
+            if note
+        )
         if self.exponent is not None:
-            return f"{da} {_fmt_shape(sa)} ^ {db} {self.exponent:g}"
-        return f"{da} {_fmt_shape(sa)} ^ {db} {_fmt_shape(sb)}"
+            return f"{da} {_fmt_shape(sa)} ^ {db} {self.exponent:g}{notes}"
+        return f"{da} {_fmt_shape(sa)} ^ {db} {_fmt_shape(sb)}{notes}"
 
 
 def _mm(name, dtype, a, b, target, quick=None) -> Case:
     return Case(name, "MatMul", (dtype, dtype), (a, b), target, quick_shapes=quick)
 
 
-def _pw(name, dtype, x, target, *, exponent=None, y_dtype=None, y_shape=()) -> Case:
-    return Case(name, "Pow", (dtype, y_dtype or dtype), (x, y_shape), target, exponent=exponent)
+def _pw(
+    name, dtype, x, target, *, exponent=None, y_dtype=None, y_shape=(), bases=None, threads=None
+) -> Case:
+    dtypes = (dtype, y_dtype or dtype)
+    return Case(name, "Pow", dtypes, (x, y_shape), target, exponent, bases=bases, threads=threads)
 
 
 _SQ = (1024, 1024)
@@ -94,10 +109,34 @@ CASES: tuple[Case, ...] = (
     _pw("pow-i32-e3", "int32", _X, 1.2, exponent=3),
     _pw("pow-i64-e3", "int64", _X, 1.2, exponent=3),
     _pw("pow-f16-e2", "float16", _X, 2.0, exponent=2.0),
-    _pw("pow-f16-e3.7", "float16", _X, 2.0, exponent=3.7),
+    _pw("pow-f16-e3.7", "float16", _X, 8.0, exponent=3.7),
+    _pw("pow-f16-e-1.5", "float16", _X, 8.0, exponent=-1.5),
+    _pw("pow-f16-e0.5", "float16", _X, 4.0, exponent=0.5),
     _pw("pow-f32-i64e2", "float32", _X, 1.2, exponent=2, y_dtype="int64"),
-    _pw("pow-bf16-f32e3.7", "bfloat16", _X, 3.0, exponent=3.7, y_dtype="float32"),
+    _pw("pow-bf16-f32e3.7", "bfloat16", _X, 8.0, exponent=3.7, y_dtype="float32"),
+    _pw("pow-bf16-e0.75", "bfloat16", _X, 8.0, exponent=0.75),
+    # One thread each, against numpy (Intel SVML on AVX-512 machines).
+    _pw("pow-1t-f32-e3.7", "float32", _X, 1.0, exponent=3.7, threads=1),
+    _pw("pow-1t-f32-same", "float32", _X, 1.0, y_shape=_X, threads=1),
+    _pw("pow-1t-f64-e3.7", "float64", _X, 1.0, exponent=3.7, threads=1),
+    _pw("pow-1t-f64-same", "float64", _X, 1.0, y_shape=_X, threads=1),
+    # Other distributions of the base: compare with pow-f32-e3.7 and pow-f64-e3.7 for the
+    # spread of our own times.
+    *(
+        _pw(f"pow-{b}-{t}-e3.7", dtype, _X, target, exponent=3.7, bases=b)
+        for t, dtype, target in (("f32", "float32", 3.0), ("f64", "float64", 1.5))
+        for b in ("near1", "wide", "negative")
+    ),
 )
+
+#: Distributions of Pow bases (floats): near 1, magnitudes over 2**-30..2**30 (log-uniform,
+#: so that x ** 3.7 stays finite in float32), and uniform over [-4, 4) (half of them negative,
+#: NaN for a fractional exponent).
+BASES = {
+    "near1": lambda rng, n: rng.uniform(0.9, 1.1, n),
+    "wide": lambda rng, n: np.exp2(rng.uniform(-30.0, 30.0, n)),
+    "negative": lambda rng, n: rng.uniform(-4.0, 4.0, n),
+}
 
 #: The short comparison of the main job (``python -m numba_onnx_ops``): one case per kind of
 #: kernel, so that it stays well under a minute with compilation.
@@ -144,7 +183,10 @@ def make_inputs(case: Case, size: str, seed: int = 0) -> tuple[np.ndarray, np.nd
         return _random(rng, sa, da, (-1.0, 1.0), (-100, 100)), _random(
             rng, sb, db, (-1.0, 1.0), (-100, 100)
         )
-    x = _random(rng, sa, da, (0.25, 4.0), (-1000, 1000))
+    if case.bases is not None:
+        x = BASES[case.bases](rng, math.prod(sa)).astype(da).reshape(sa)
+    else:
+        x = _random(rng, sa, da, (0.25, 4.0), (-1000, 1000))
     if case.exponent is not None:
         return x, np.asarray(case.exponent).astype(db)
     return x, _random(rng, sb, db, (-3.0, 3.0), (0, 4))

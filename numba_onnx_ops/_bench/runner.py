@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .cases import Case, make_inputs
@@ -62,6 +62,17 @@ def run_case(
     progress: Callable[[str], None] | None = None,
 ) -> Row:
     """Check and time one case (see the module docstring)."""
+    if case.threads is not None:
+        import numba
+
+        saved = numba.get_num_threads()
+        numba.set_num_threads(case.threads)  # onnxruntime's session takes numba's count
+        try:
+            row = run_case(replace(case, threads=None), size, contenders, progress)
+        finally:
+            numba.set_num_threads(saved)
+        row.case = case
+        return row
     say = progress or (lambda _msg: None)
     row = Row(case, size)
     a, b = make_inputs(case, size)

@@ -80,6 +80,22 @@ def u64_as_f64(typingctx, value):
     return sig, codegen
 
 
+@intrinsic
+def load_u16x4(typingctx, arr, i):
+    """``arr[i : i + 4]`` of a uint16 array as one uint64 (``arr[i]`` in the low bits), by one
+    unaligned load; the caller keeps ``i + 4 <= arr.size``."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.uint16):
+        return None
+    sig = types.uint64(arr, types.intp)
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        ptr = builder.bitcast(builder.gep(data, [args[1]]), ir.IntType(64).as_pointer())
+        return builder.load(ptr, align=2)
+
+    return sig, codegen
+
+
 @njit
 def f16_to_f32(bits):
     """float16 bits -> float32 (exact)."""
@@ -162,4 +178,5 @@ __all__ = [
     "u32_as_f32",
     "f64_as_u64",
     "u64_as_f64",
+    "load_u16x4",
 ]
