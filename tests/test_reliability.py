@@ -51,9 +51,9 @@ def test_workload_reaches_the_own_kernels(launches):
     """The calls the thread and process tests make launch the kernels they name, and none
     goes to numpy's BLAS."""
     ops = {"matmul": nox.matmul, "pow": nox.pow}
-    for (name, op, kernel), (_, a, b) in zip(workload.CASES, workload.operands(0), strict=True):
+    for (name, op, kernels), (_, a, b) in zip(workload.CASES, workload.operands(0), strict=True):
         ops[op](a, b)
-        assert launches == [kernel], name
+        assert len(launches) == 1 and launches[0] in kernels, (name, launches)
         launches.clear()
 
 
