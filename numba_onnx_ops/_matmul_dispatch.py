@@ -30,9 +30,11 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # (past which OpenBLAS, packing and running each product on every thread, is as fast or
 # faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
 # its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
-# sooner there, and gain on large ones.
+# sooner there, and gain on large ones.  On AVX-512, isolated calls (the peer comparison's
+# settled samples) of 64 x 128x64x128 and 64 x 256^3 batches ran faster on OpenBLAS than on the
+# micro-kernel, whose parallel launch wakes slowly after idle: matrices past 64^3 stay there.
 VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 512**3, 256: 128**3}
+VECTOR_MAX_MNK = {512: 64**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.
