@@ -23,6 +23,7 @@ import numpy as np
 from dask.array.core import unify_chunks
 
 from ._dtypes import BFLOAT16, FLOAT16
+from ._versions import resolve_version
 from .matmul import _check as _matmul_check
 from .matmul import matmul as _matmul
 from .power import _check as _pow_check
@@ -110,7 +111,7 @@ def _blocks(arrays_and_indices, out_ind):
     shared index; size-1 dimensions broadcast) and count the output blocks."""
     chunkss, arrays = unify_chunks(*arrays_and_indices)
     ntasks = math.prod(len(chunkss[i]) for i in out_ind)
-    return arrays, ntasks
+    return chunkss, arrays, ntasks
 
 
 # --- Pow ----------------------------------------------------------------------------------
@@ -132,7 +133,7 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
     _no_out(label, out)
     # Blocks run the version's kernels; Pow-1's reshaped Y broadcasts numpy-style, which is
     # Pow-7's rule, with Pow-1's type constraint.
-    version = int(label.split("-")[1])
+    version = resolve_version("Pow", opset)
     block_opset = 7 if version == 1 else version
     nd = len(shape)
     if y.size == 1 and not isinstance(Y, da.Array):
@@ -154,7 +155,7 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
     x_ind = tuple(range(nd - x.ndim, nd))
     y_ind = tuple(range(nd - y.ndim, nd))
     out_ind = tuple(range(nd))
-    (xd, yd), ntasks = _blocks((xd, x_ind, yd, y_ind), out_ind)
+    _, (xd, yd), ntasks = _blocks((xd, x_ind, yd, y_ind), out_ind)
     return da.blockwise(
         partial(_run_in_task, _pow_block, ntasks),
         out_ind,
@@ -189,10 +190,6 @@ def _matmul_partial(a, b, opset):
     return _matmul(a, b, opset=opset)[..., None, :, :]
 
 
-def _round_half(x, dtype):
-    return x.astype(dtype)
-
-
 def matmul(A, B, *, opset=None, out=None):
     """``numba_onnx_ops.matmul`` when an operand is a dask array: a lazy dask array.
 
@@ -208,7 +205,7 @@ def matmul(A, B, *, opset=None, out=None):
     """
     label, a, b, a2, b2, batch, (m, k, n), shape = _matmul_check(_standin(A), _standin(B), opset)
     _no_out(label, out)
-    version = int(label.split("-")[1])
+    version = resolve_version("MatMul", opset)
     ad = _as_dask(A, a)
     bd = _as_dask(B, b)
     if a.ndim == 1:
@@ -220,47 +217,34 @@ def matmul(A, B, *, opset=None, out=None):
     a_ind = tuple(range(nd - ad.ndim, nd - 2)) + (nd - 2, nd)
     b_ind = tuple(range(nd - bd.ndim, nd - 2)) + (nd, nd - 1)
     out_ind = tuple(range(nd))
-    chunkss, (ad, bd) = unify_chunks(ad, a_ind, bd, b_ind)
-    nk = len(chunkss[nd])
-    ntasks = math.prod(len(chunkss[i]) for i in out_ind) * nk
+    # Each task covers one output block and one contraction chunk.
+    chunkss, (ad, bd), ntasks = _blocks((ad, a_ind, bd, b_ind), out_ind + (nd,))
     dtype = a.dtype
-    if nk == 1:
-        result = da.blockwise(
-            partial(_run_in_task, _matmul_block, ntasks),
-            out_ind,
-            ad,
-            a_ind,
-            bd,
-            b_ind,
-            version,
-            None,
-            dtype=dtype,
-            align_arrays=False,
-            concatenate=True,
-            meta=np.empty((0,) * nd, dtype),
-        )
+    if len(chunkss[nd]) == 1:  # one in-memory product per output block
+        func, ind, acc, extra = _matmul_block, out_ind, dtype, {}
     else:
+        # Partial products, with the contraction index kept as an output axis of unit blocks
+        # (before rows and columns), summed below.
+        func, ind = _matmul_partial, tuple(range(nd - 2)) + (nd, nd - 2, nd - 1)
         acc = np.dtype(np.float32) if dtype in _HALF else dtype
-        # The contraction index kept as an output axis of unit blocks, before rows and columns.
-        part_ind = tuple(range(nd - 2)) + (nd, nd - 2, nd - 1)
-        partials = da.blockwise(
-            partial(_run_in_task, _matmul_partial, ntasks),
-            part_ind,
-            ad,
-            a_ind,
-            bd,
-            b_ind,
-            version,
-            None,
-            adjust_chunks={nd: 1},
-            dtype=acc,
-            align_arrays=False,
-            concatenate=True,
-            meta=np.empty((0,) * (nd + 1), acc),
-        )
-        result = partials.sum(axis=nd - 2, dtype=acc)
-        if acc != dtype:
-            result = result.map_blocks(_round_half, dtype, meta=np.empty((0,) * nd, dtype))
+        extra = {"adjust_chunks": {nd: 1}}
+    result = da.blockwise(
+        partial(_run_in_task, func, ntasks),
+        ind,
+        ad,
+        a_ind,
+        bd,
+        b_ind,
+        version,
+        None,
+        dtype=acc,
+        align_arrays=False,
+        concatenate=True,
+        meta=np.empty((0,) * len(ind), acc),
+        **extra,
+    )
+    if func is _matmul_partial:
+        result = result.sum(axis=nd - 2, dtype=acc).astype(dtype)  # half types: rounded once
     if a.ndim == 1:
         result = result[..., 0, :] if b.ndim > 1 else result[..., 0]
     if b.ndim == 1:
