@@ -22,11 +22,13 @@ from numba.extending import overload
 from .._dtypes import NATIVE
 from ._jit import kernel
 from .convert import narrow, widen
-from .half import half_to_f32, load_u16x4
+from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
 from .powmath import (
     cube_wide,
+    exp_wide_of_log,
     ipow_narrow,
     log_wide,
+    log_wide_normal,
     narrow_exp2,
     narrow_log_term,
     pow_by_squaring,
@@ -41,6 +43,12 @@ from .powmath import (
     sqrt_narrow,
 )
 from .stack import stack_buffer
+
+_U32 = types.uint32
+_I64 = types.int64
+_U64 = types.uint64
+_F32_INF_BITS = _U32(0x7F800000)
+_F32_MIN_NORMAL_BITS = _U32(0x00800000)
 
 # Exponent classes.  IPOW is a scalar integer exponent with |n| < IPOW_LIMIT (float32 and half
 # bases square in float64; float64 bases take GENERAL, as squaring would lose accuracy).
@@ -250,43 +258,96 @@ def _wide_element(op):
 
 @overload(_scan_flagged)
 def _scan_flagged_impl(op, xv, xkind, yv, ykind):
-    """Whether a float32/half GENERAL chunk has an element ``pow_narrow_abs`` leaves to libm.
+    """``(signs, flagged)`` of a float32/half GENERAL chunk: whether a base is not positive
+    (zero, negative or NaN: ``_fix_signs`` must run; half bases take signs inline, so always
+    False for them), and whether an element may be one ``pow_narrow_abs`` leaves to libm.
 
-    A separate scan over the chunk (still in L2) costs a few 8-lane compares per 8 elements;
-    the flag inside the main loop cost ~15% of it.  Other classes flag inside their loop (the
-    float64 test needs the logarithm) or never: False.
+    A separate scan over the chunk (still in L2): the flag inside the main loop cost ~15% of
+    it.  The bases are scanned as integers, the unsigned min and max of ``|x|``'s bits and the
+    OR of the sign bits, reductions LLVM always vectorizes; the float tests of
+    ``pow_narrow_needs_libm`` stayed scalar with a scalar exponent (10M float32 ** 3.7 on one
+    thread, Zen 4: 19.3 ms against 13.5 ms with the same exponent as an array).  ``flagged``
+    is conservative (a zero base sets it): ``_fix_flagged`` tests each element.  Other classes
+    flag inside their loop (the float64 test needs the logarithm) or never: (False, False).
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
     if op.literal_value != GENERAL or not _is_narrow(xv.dtype):
-        return lambda op, xv, xkind, yv, ykind: False
+        return lambda op, xv, xkind, yv, ykind: (False, False)
+    signs_inline = xv.dtype == types.uint16
 
     def impl(op, xv, xkind, yv, ykind):
-        found = False
+        lo = _U32(0xFFFFFFFF)
+        hi = _U32(0)
+        sign = _U32(0)
         for j in range(xv.size):
-            found |= pow_narrow_needs_libm(widen(xv[j], xkind), exponent_as_f64(_at(yv, j), ykind))
-        return found
+            u = f32_as_u32(widen(xv[j], xkind))
+            a = u & _U32(0x7FFFFFFF)
+            lo = min(lo, a)
+            hi = max(hi, a)
+            sign |= u
+        signs = not signs_inline and (
+            (sign & _U32(0x80000000)) != _U32(0) or lo == _U32(0) or hi > _F32_INF_BITS
+        )
+        flagged = lo < _F32_MIN_NORMAL_BITS or hi >= _F32_INF_BITS
+        return signs, flagged or not _exponents_finite(yv, ykind)
+
+    return impl
+
+
+def _exponents_finite(yv, ykind):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+@overload(_exponents_finite)
+def _exponents_finite_impl(yv, ykind):
+    """Whether every exponent of a chunk (or the scalar one) is finite: float exponents by
+    the max of their magnitudes' bits (a reduction that vectorizes, where the float test
+    stays scalar), integers always, uint16 (data, or half bits) by value."""
+    if not isinstance(yv, types.Array):
+        return lambda yv, ykind: abs(exponent_as_f64(yv, ykind)) < math.inf
+    dt = yv.dtype
+    if isinstance(dt, types.Integer) and dt != types.uint16:
+        return lambda yv, ykind: True
+    if dt == types.float32:
+
+        def impl32(yv, ykind):
+            hi = _U32(0)
+            for j in range(yv.size):
+                hi = max(hi, f32_as_u32(yv[j]) & _U32(0x7FFFFFFF))
+            return hi < _F32_INF_BITS
+
+        return impl32
+    if dt == types.float64:
+
+        def impl64(yv, ykind):
+            hi = _U64(0)
+            for j in range(yv.size):
+                hi = max(hi, f64_as_u64(yv[j]) & _U64(0x7FFFFFFFFFFFFFFF))
+            return hi < _U64(0x7FF << 52)
+
+        return impl64
+
+    def impl(yv, ykind):
+        finite = True
+        for j in range(yv.size):
+            finite &= abs(exponent_as_f64(yv[j], ykind)) < math.inf
+        return finite
 
     return impl
 
 
 @overload(_fix_signs)
 def _fix_signs_impl(op, xv, xkind, yv, ykind, ov):
-    """Second pass over a float32 GENERAL chunk whose bases are not all positive: zero
-    bases and signs (``pow_narrow_sign``) applied to the stored ``|x|**y``, exactly (a factor
-    of +-1 or NaN, or a constant).  A scan of the chunk (in L2) decides; other classes: no-op.
-    """
+    """Second pass over a float32 GENERAL chunk whose bases are not all positive (as
+    ``_scan_flagged`` found): zero bases and signs (``pow_narrow_sign``) applied to the stored
+    ``|x|**y``, exactly (a factor of +-1 or NaN, or a constant); other classes: no-op."""
     if not isinstance(op, types.IntegerLiteral):
         return None
     if op.literal_value != GENERAL or xv.dtype != types.float32:  # halves: inline
         return lambda op, xv, xkind, yv, ykind, ov: None
 
     def impl(op, xv, xkind, yv, ykind, ov):
-        positive = True
-        for j in range(xv.size):
-            positive &= widen(xv[j], xkind) > np.float32(0.0)  # NaN too goes on
-        if positive:
-            return
         for j in range(ov.size):
             m = types.float64(widen(ov[j], xkind))
             xw = types.float64(widen(xv[j], xkind))
@@ -364,8 +425,10 @@ def _task(
     xv = _chunk(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], n)
     yv = _chunk(y, yo + j0 * y_str[ndim - 1], y_str[ndim - 1], n)
     bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
-    _fix_signs(op, xv, xkind, yv, ykind, ov)
-    if bad or _scan_flagged(op, xv, xkind, yv, ykind):
+    signs, flagged = _scan_flagged(op, xv, xkind, yv, ykind)
+    if signs:
+        _fix_signs(op, xv, xkind, yv, ykind, ov)
+    if bad or flagged:
         _fix_flagged(op, xv, xkind, yv, ykind, ov)
 
 
@@ -467,6 +530,20 @@ def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
     return False
 
 
+@njit(error_model="numpy")
+def _wide_bases_normal(xv):
+    """Whether every float64 of a chunk is positive, normal and finite: its bits, as int64,
+    lie in [2**52, 0x7FF << 52) (negatives are negative integers).  Integer min and max:
+    reductions that vectorize."""
+    lo = _I64(0x7FFFFFFFFFFFFFFF)
+    hi = _I64(-0x7FFFFFFFFFFFFFFF - 1)
+    for j in range(xv.size):
+        b = _I64(f64_as_u64(xv[j]))
+        lo = min(lo, b)
+        hi = max(hi, b)
+    return lo >= _I64(1 << 52) and hi < _I64(0x7FF << 52)
+
+
 @njit(inline="always", error_model="numpy")
 def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
     """ov[s : s + n] = |x|**y for float32 bases, n <= BLOCK."""
@@ -478,10 +555,22 @@ def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
 
 
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
+    low = carray(stack_buffer(CHUNK, 0.0), (CHUNK,))
+    if _wide_bases_normal(xv) and _exponents_finite(yv, ykind):
+        # The common chunk: no special value anywhere, so neither the subnormal scaling nor
+        # the C99 rules are paid per element (10M float64 ** 3.7 on one thread, Zen 4: the
+        # second loop took 2.2 ns per element with them, 1.1 without).
+        for j in range(ov.size):
+            ov[j], low[j] = log_wide_normal(xv[j])
+        bad = False
+        for j in range(ov.size):
+            value, ok = exp_wide_of_log(exponent_as_f64(_at(yv, j), ykind), ov[j], low[j])
+            ov[j] = value
+            bad |= not ok
+        return bad
     # Two passes, log into ov and a buffer, then exp: in one loop, LLVM's cost model turned
     # vectorization down (five table lookups that AVX2 cannot gather quickly); apart, both
     # loops vectorize, 2x faster.  The buffer (128 KiB) is on the stack, not the heap.
-    low = carray(stack_buffer(CHUNK, 0.0), (CHUNK,))
     for j in range(ov.size):
         ov[j], low[j] = log_wide(xv[j])
     bad = False

@@ -71,6 +71,10 @@ _LOG_N = 1 << LOG_BITS
 _LOG_OFF = 0x3FE6955500000000  # 0x1.69555p-1: start of z's range, puts 1.0 mid-subinterval
 EXP_BITS = 7
 _EXP_N = 1 << EXP_BITS
+_INVC_BASE = 0x3FE0000000000000  # the bits of 0.5
+_INVC_SHIFT = 44  # 1/c has 8 significant bits: 52 - 44
+_INVC_CODE_BITS = 9
+_INVC_CODE_MASK = (1 << _INVC_CODE_BITS) - 1
 
 
 def _build_tables():
@@ -106,18 +110,25 @@ def _build_tables():
             h = float(exact)
             hbits[j] = (_bits(h) - (j << (52 - EXP_BITS))) % (1 << 64)
             tail[j] = float((exact - Decimal(h)) / Decimal(h))
+        # One gather instead of two: log(c)'s high part has at least 11 zero bits at the low
+        # end of its mantissa (a multiple of 2**-43 below 0.5), where 1/c (8 significant bits,
+        # in [0.70, 1.42]) goes as the 9-bit code (bits(1/c) - bits(0.5)) >> 44.
+        codes = (invc.view(np.uint64) - np.uint64(_INVC_BASE)) >> np.uint64(_INVC_SHIFT)
+        assert codes.max() < 1 << _INVC_CODE_BITS
+        hi_bits = logc_hi.view(np.uint64)
+        assert not (hi_bits & np.uint64(_INVC_CODE_MASK)).any()
+        packed = (hi_bits | codes).view(np.float64)
         ln2_hi = _round_to(ln2, -42)  # 42 bits: k * LN2_HI is exact for |k| < 2**11
         ln2_lo = float(ln2 - Decimal(ln2_hi))
         step = ln2 / _EXP_N
         step_hi = _round_to(step, -44)  # 36 bits: n * step_hi exact for |n| < 2**17
         step_lo = float(step - Decimal(step_hi))
         inv_step = float(1 / step)
-    return invc, logc_hi, logc_lo, hbits, tail, ln2_hi, ln2_lo, step_hi, step_lo, inv_step
+    return packed, logc_lo, hbits, tail, ln2_hi, ln2_lo, step_hi, step_lo, inv_step
 
 
 (
-    LOG_INVC,
-    LOG_C_HI,
+    LOG_C_HI_INVC,
     LOG_C_LO,
     EXP_HBITS,
     EXP_TAIL,
@@ -134,6 +145,9 @@ _TOP12 = np.uint64(0xFFF << 52)
 _LOW_MASK = np.uint64(_LOG_N - 1)
 _EXP_MASK = np.uint64(_EXP_N - 1)
 _SIGN = np.uint64(1 << 63)
+_CODE_MASK = np.uint64(_INVC_CODE_MASK)
+_CODE_SHIFT = np.uint64(_INVC_SHIFT)
+_CODE_BASE = np.uint64(_INVC_BASE)
 
 # log2(m) = s * P(s*s) for s*s <= 0.02944 (m in [sqrt(1/2), sqrt(2))); relative error 2**-52.
 _P0 = float.fromhex("0x1.71547652b82ffp+1")
@@ -346,8 +360,11 @@ def _log_wide(ix):
     i = (tmp >> _U64(52 - LOG_BITS)) & _LOW_MASK
     kd = types.float64(types.int32(types.int64(tmp) >> _I64(52)))
     z = u64_as_f64(ix - (tmp & _TOP12))
-    r = fma(z, LOG_INVC[i], -1.0)  # exact: |r| < 2**-7 and z*invc has at most 61 bits
-    t1 = kd * LN2_HI + LOG_C_HI[i]  # exact (see the table)
+    packed = f64_as_u64(LOG_C_HI_INVC[i])
+    invc = u64_as_f64(((packed & _CODE_MASK) << _CODE_SHIFT) + _CODE_BASE)
+    logc_hi = u64_as_f64(packed & ~_CODE_MASK)
+    r = fma(z, invc, -1.0)  # exact: |r| < 2**-7 and z*invc has at most 61 bits
+    t1 = kd * LN2_HI + logc_hi  # exact (see the table)
     t2 = t1 + r
     lo1 = kd * LN2_LO + LOG_C_LO[i]
     lo2 = t1 - t2 + r  # exact: |t1| > |r| whenever t1 != 0
@@ -387,6 +404,22 @@ def log_wide(x):
     sub = f64_as_u64(a * 4503599627370496.0) - _U64(52 << 52)
     ia = sub if ia < _U64(1 << 52) else ia
     return _log_wide(ia)
+
+
+@_element
+def log_wide_normal(x):
+    """log x as (hi, lo) for a positive, normal, finite x: ``log_wide`` without its cases."""
+    return _log_wide(f64_as_u64(x))
+
+
+@_element
+def exp_wide_of_log(y, lhi, llo):
+    """(|x|**y, ok) from log|x| = lhi + llo for a positive normal finite x and a finite y:
+    ``pow_wide_finish`` without its special values (x = 1 and y = 0 come out as exactly 1:
+    the log of 1 is exactly 0)."""
+    ehi = y * lhi
+    elo = y * llo + fma(y, lhi, -ehi)
+    return _exp_wide(ehi, elo), abs(ehi) < 708.0
 
 
 @_element
