@@ -30,11 +30,13 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # (past which OpenBLAS, packing and running each product on every thread, is as fast or
 # faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
 # its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
-# sooner there, and gain on large ones.  On AVX-512, isolated calls (the peer comparison's
-# settled samples) of 64 x 128x64x128 and 64 x 256^3 batches ran faster on OpenBLAS than on the
-# micro-kernel, whose parallel launch wakes slowly after idle: matrices past 64^3 stay there.
+# sooner there, and gain on large ones.  On AVX-512 (Zen 4, one thread each, thread CPU time),
+# numpy's time / the own call's: 64 x 128x64x128 1.17, 32 x 128^3 1.16, 4 x 256^3 1.09, 64 x
+# 64^3 0.97; OpenBLAS runs each of these products on one thread, the micro-kernel splits the
+# batch over both, and since its tasks are balanced as they run (``_kernels/schedule.py``) a
+# pool thread that wakes late no longer holds the call up: matrices up to 128^3 go there.
 VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 64**3, 256: 128**3}
+VECTOR_MAX_MNK = {512: 128**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.
