@@ -333,14 +333,17 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
 
 @njit(inline="always")
 def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
-    """One micro-kernel block, with A's unit column stride as a constant where it is one.
+    """One micro-kernel block: ``rows`` rows (at most MR) of a strip, A read with any strides.
 
-    With the stride a variable, LLVM unrolls the K loop with an address per row and step and
-    spills them to the stack; as a constant they are offsets of the row pointers.  Measured on
-    one Zen 4 core: 2048 x 16^3 float32 82 -> 97 GFLOP/s, 4096 x 8^3 32 -> 37.
+    Full blocks of A with unit column stride get their own copy with both as constants: with
+    the stride a variable, LLVM unrolls the K loop with an address per row and step and spills
+    them to the stack, and a constant row count folds the edge checks away.  Measured on one
+    Zen 4 core, with the batch walked by counters (below): 2048 x 16^3 float32 82 -> 97
+    GFLOP/s, 4096 x 8^3 32 -> 42.  Only this one extra copy: copies for the edge blocks too
+    added 0.25 s to the first call's compilation (1.24 -> 1.49 s) and measured no faster.
     """
-    if a_cs == 1:
-        vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, rows, tile)
+    if a_cs == 1 and rows == tile_rows(tile):
+        vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, tile_rows(tile), tile)
     else:
         vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
 
@@ -362,12 +365,9 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
     nstrips = (N + NR - 1) // NR
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
-    # Full row blocks get a constant row count (the edge checks fold away), and the item's
-    # (batch entry, strip) advance as counters rather than a division per item: together
-    # 4096 x 8^3 float32 products 37 -> 42 GFLOP/s on one Zen 4 core.
-    mfull = M - M % MR
     saved = set_chunksize(1)  # tasks balanced as they run (see schedule.py)
     for t in prange(chunks):
+        # (batch entry, strip) advance as counters: no division per item
         first = t * per
         bi = first // nstrips
         s = first - bi * nstrips
@@ -376,14 +376,10 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
             ao = a_off[bi]
             bo = b_off[bi] + j0
             co = bi * M * N + j0
-            for i0 in range(0, mfull, MR):
+            for i0 in range(0, M, MR):
                 _vector_block(
-                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K, MR, tile
-                )
-            if mfull < M:
-                _vector_block(
-                    a, ao + mfull * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + mfull * N, N, K,
-                    M - mfull, tile,
+                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
+                    min(MR, M - i0), tile,
                 )  # fmt: skip
             s += 1
             if s == nstrips:
