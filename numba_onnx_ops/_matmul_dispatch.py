@@ -30,13 +30,17 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # (past which OpenBLAS, packing and running each product on every thread, is as fast or
 # faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
 # its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
-# sooner there, and gain on large ones.  On AVX-512 (Zen 4, one thread each, thread CPU time),
-# numpy's time / the own call's: 64 x 128x64x128 1.17, 32 x 128^3 1.16, 4 x 256^3 1.09, 64 x
-# 64^3 0.97; OpenBLAS runs each of these products on one thread, the micro-kernel splits the
-# batch over both, and since its tasks are balanced as they run (``_kernels/schedule.py``) a
-# pool thread that wakes late no longer holds the call up: matrices up to 128^3 go there.
+# sooner there, and gain on large ones.  On AVX-512 (Zen 4, one thread each, thread CPU time)
+# the micro-kernel beats OpenBLAS per core on 128^3-sized products (numpy's time / the own
+# call's: 64 x 128x64x128 1.17, 32 x 128^3 1.16, 4 x 256^3 1.09), and on two warm threads
+# 64 x 128x64x128 takes 0.72 ms against numpy's 1.3.  But the peer comparison times a few
+# calls after each pause, and there (2 vCPUs, virtual machine) the second core comes up
+# slowly: the first calls after a 50 ms pause took 2.2, 1.7, 1.4, 1.3 ms, reaching 0.75 only
+# at the eighth, against OpenBLAS's steady 1.3-1.4 on one thread; interleaved samples of five
+# calls, own 1.6-2.0 ms, OpenBLAS through the front 1.4-1.6.  So matrices past 64^3 stay on
+# OpenBLAS there.
 VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 128**3, 256: 128**3}
+VECTOR_MAX_MNK = {512: 64**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.

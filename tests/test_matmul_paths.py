@@ -401,7 +401,8 @@ def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
     "dtype, a_shape, b_shape, path",
     [
         (F32, (2, 8, 8), (2, 8, 8), "blas"),  # too little work to pay for a launch
-        (F32, (64, 128, 64), (64, 64, 128), "vector"),  # 128x64x128: up to 128^3 own
+        # 128x64x128 products: on AVX-512, OpenBLAS beats the micro-kernel on isolated calls
+        (F32, (64, 128, 64), (64, 64, 128), "blas" if own.vector_bits() == 512 else "vector"),
         (F32, (8, 1, 256, 256), (1, 8, 256, 256), "blas"),  # 256^3: OpenBLAS is faster
         (F32, (2, 700, 700), (2, 700, 700), "blas"),  # past the micro-kernel's range
         (F64, (64, 64, 64), (64, 64, 64), "vector"),
