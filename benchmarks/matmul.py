@@ -65,6 +65,9 @@ class MatMulSquare:
 # (NUMBA_CPU_NAME=znver3 with AVX2/FMA features, OPENBLAS_CORETYPE=Haswell, same core):
 # 32 x 32^3 0.74, 8 x 64^3 0.82, 2 x 128^3 0.83; (8,1,256,256)@(1,8,256,256) own 87 GFLOP/s,
 # OpenBLAS 96 (so 256^3 products stay on BLAS there); 4096 x 8^3 3.2, 2048 x 16^3 1.9.
+# AVX-512 again (2026-12, one thread each, thread CPU time): 64 x 128x64x128 1.17, 32 x 128^3
+# 1.16, 4 x 256^3 1.09, 64 x 64^3 0.97; on AVX-512 such batches still stay on OpenBLAS, for the
+# slow start of the second core after a pause (see ``_matmul_dispatch``).
 
 #: Batched products: many tiny matrices (a path without per-matrix overhead), mid-size batches,
 #: and batch dimensions that broadcast against each other.

@@ -23,12 +23,13 @@ def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
     are not whole elements (rare views of packed records), where a compact copy is made.
     """
     item = a.itemsize
-    if a.flags.c_contiguous and a.flags.aligned and a.size:
-        buf = a.reshape(-1)  # the common case, without as_strided's cost
-        if buf.flags.writeable:  # read-only like the general case: one numba type
-            buf = buf.view()
-            buf.flags.writeable = False
-        return buf, 0, tuple(s // item for s in a.strides)
+    flags = a.flags  # (each ``a.flags`` builds a new object)
+    if flags.c_contiguous and flags.aligned and a.size:
+        # The common case, without as_strided's cost.  ``reshape`` always returns a new view,
+        # so it can be made read-only, like the general case (one numba type), in place.
+        buf = a.reshape(-1)
+        buf.flags.writeable = False
+        return buf, 0, tuple([s // item for s in a.strides])
     if not a.flags.aligned or any(s % item for s in a.strides):
         a = np.ascontiguousarray(a)
     strides = tuple(s // item for s in a.strides)

@@ -155,6 +155,26 @@ def acc_proto(dtype: np.dtype) -> np.ndarray:
     return proto
 
 
+# Offset maps of evenly spaced batches, by (origin, count, step): the common batch costs a
+# dictionary look-up instead of an arange (1.7 us of a 4096-matrix call).  Read-only to the
+# kernels; bounded in entries and in size.
+_RANGES: dict[tuple[int, int, int], np.ndarray] = {}
+_RANGES_MAX = 16
+_RANGE_MAX_LEN = 1 << 16
+
+
+def _even_offsets(origin: int, count: int, step: int) -> np.ndarray:
+    key = (origin, count, step)
+    offsets = _RANGES.get(key)
+    if offsets is None:
+        offsets = np.arange(origin, origin + count * step, step, dtype=np.int64)
+        if count <= _RANGE_MAX_LEN:
+            if len(_RANGES) >= _RANGES_MAX:
+                _RANGES.clear()
+            _RANGES[key] = offsets
+    return offsets
+
+
 def operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
     """``(flat read-only buffer, per-matrix offsets, row stride, column stride)`` of a 2-D or
     batched operand, in elements; no data is copied."""
@@ -163,7 +183,7 @@ def operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
     if not batch:
         offsets = np.array([origin], np.int64)
     elif bshape == batch and len(batch) == 1 and strides[0] != 0:
-        offsets = np.arange(origin, origin + nbatch * strides[0], strides[0])
+        return buf, _even_offsets(origin, nbatch, strides[0]), strides[-2], strides[-1]
     else:
         offsets = batch_offsets(origin, bshape, strides[:-2], batch)
         if not offsets.flags.writeable:  # (a broadcast view for 2-D operands)

@@ -15,6 +15,11 @@ package was tried with); the attributes below exist and behave as described in b
   the same results, slower small products.
 - ``numba.core.cgutils`` (``_kernels/stack.py``): the helpers numba's low-level extension examples
   use for code generation; an import error there names the module.
+- The C symbol ``set_parallel_chunksize`` (``_kernels/schedule.py``): the function behind
+  ``numba.set_parallel_chunksize``, which numba registers with LLVM when it starts its threading
+  layer and which its own parfor code calls by that name.  A kernel calls it the same way, since
+  the public function, called from a kernel, goes through a ctypes pointer that numba's on-disk
+  cache refuses.
 
 The threading layer is read through the public ``numba.threading_layer()`` (see ``_parallel``).
 """
