@@ -234,6 +234,7 @@ _HALF_DIRECT = (_k.pow_square, _k.pow_sqrt, _k.pow_recip)
 _tables = TableCache()
 _NO_TABLE = np.empty(0, np.uint16)
 _NO_TABLE.flags.writeable = False  # the type of every cached table: one specialization
+_NO_FLAGS = np.zeros(0, np.uint8)  # the flags of every class but GENERAL (never written)
 
 
 def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarray) -> None:
@@ -285,10 +286,16 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
         ystrides = [0] * len(shape)
     dims, (xs, ys) = coalesce(list(shape), broadcast_strides(x.shape, xstr, shape), ystrides)
     tview = kernel_view(target)[0].reshape(-1)
-    launch(
-        kernel,
+    flags = _NO_FLAGS
+    if kernel is _k.pow_general and table is None and dims[-1]:
+        # one byte per task: the fix-up passes a float32/float64 chunk still needs
+        flags = np.zeros(tview.size // dims[-1] * -(-dims[-1] // _k.CHUNK), np.uint8)
+    args = (
         xbuf, xorg, np.array(xs, np.int64), xkind,
         ybuf, yorg, np.array(ys, np.int64), ykind,
         tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
-        _NO_TABLE if table is None else table,
+        _NO_TABLE if table is None else table, flags,
     )  # fmt: skip
+    launch(kernel, *args)
+    if flags.size and flags.any():
+        launch(_k.pow_fixup, *args)

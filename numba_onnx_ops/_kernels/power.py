@@ -44,6 +44,7 @@ from .powmath import (
 )
 from .stack import stack_buffer
 
+_U8 = types.uint8
 _U32 = types.uint32
 _I64 = types.int64
 _U64 = types.uint64
@@ -383,28 +384,32 @@ def _fix_flagged_impl(op, xv, xkind, yv, ykind, ov):
 
 
 @njit(inline="always", error_model="numpy")
-def _drive(op, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def _drive(op, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """out.flat[i] = X[idx] ** Y[idx] over the broadcast (coalesced) ``shape``, class ``op``.
 
     Tasks are (row, chunk of the innermost axis) pairs, so both a single long row and many
     short rows split evenly.  The parallel region only calls ``_task``: a small parfor body
     keeps numba's parfor passes, a large part of the compile time, cheap.
     """
-    inner = shape[shape.size - 1]
-    nchunks = (inner + CHUNK - 1) // CHUNK
-    for task in prange(out.size // inner * nchunks):
+    nchunks = _chunks_per_row(shape)
+    for task in prange(out.size // shape[shape.size - 1] * nchunks):
         # int64: the gufunc's loop index is unsigned, and a second signature is a second compile
         t = types.int64(task)
         _task(
-            op, t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table
-        )
+            op, t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin,
+            table, flags,
+        )  # fmt: skip
+
+
+@njit(inline="always", error_model="numpy")
+def _chunks_per_row(shape):
+    inner = shape[shape.size - 1]
+    return (inner + CHUNK - 1) // CHUNK
 
 
 @njit(error_model="numpy")
-def _task(
-    op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table
-):
-    """One (row, chunk) task: locate its operands, gather strided ones, apply the class."""
+def _locate(task, nchunks, x_org, x_str, y_org, y_str, shape):
+    """(x offset, y offset, output offset, length) of one (row, chunk) task's elements."""
     ndim = shape.size
     inner = shape[ndim - 1]
     row = task // nchunks
@@ -418,18 +423,66 @@ def _task(
         rem //= shape[d]
         xo += idx * x_str[d]
         yo += idx * y_str[d]
-    ov = out[row * inner + j0 : row * inner + j0 + n]
+    return xo + j0 * x_str[ndim - 1], yo + j0 * y_str[ndim - 1], row * inner + j0, n
+
+
+@njit(error_model="numpy")
+def _task(
+    op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table,
+    flags,
+):  # fmt: skip
+    """One (row, chunk) task: locate its operands, gather strided ones, apply the class."""
+    xo, yo, oo, n = _locate(task, nchunks, x_org, x_str, y_org, y_str, shape)
+    ov = out[oo : oo + n]
+    inner_x, inner_y = x_str[shape.size - 1], y_str[shape.size - 1]
     if table.size != 0:
-        _gather(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], y, table, ov)
+        _gather(x, xo, inner_x, y, table, ov)
         return
-    xv = _chunk(x, xo + j0 * x_str[ndim - 1], x_str[ndim - 1], n)
-    yv = _chunk(y, yo + j0 * y_str[ndim - 1], y_str[ndim - 1], n)
+    xv = _chunk(x, xo, inner_x, n)
+    yv = _chunk(y, yo, inner_y, n)
     bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
     signs, flagged = _scan_flagged(op, xv, xkind, yv, ykind)
-    if signs:
-        _fix_signs(op, xv, xkind, yv, ykind, ov)
-    if bad or flagged:
-        _fix_flagged(op, xv, xkind, yv, ykind, ov)
+    _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged, flags, task)
+
+
+def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):  # pragma: no cover
+    raise NotImplementedError
+
+
+@overload(_fix_now_or_later)
+def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+    """A chunk's fix-up passes: for float32 and float64 bases, left to ``pow_fixup`` (a flag
+    byte per task), whose code, about 0.8 s of the GENERAL kernel's first compile, is then
+    compiled only for data that needs it (zero, negative or special bases or exponents).  Half
+    bases run them here: their table is built from every base, special ones included."""
+    if isinstance(xv.dtype, types.Float):
+
+        def later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+            if signs or flagged:
+                flags[task] = _U8(1 if signs else 0) | _U8(2 if flagged else 0)
+
+        return later
+
+    def now(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+        if signs:
+            _fix_signs(op, xv, xkind, yv, ykind, ov)
+        if flagged:
+            _fix_flagged(op, xv, xkind, yv, ykind, ov)
+
+    return now
+
+
+@njit(error_model="numpy")
+def _fix_task(task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flag):
+    """The fix-up passes ``_task`` left to ``pow_fixup``: 1 signs, 2 libm elements."""
+    xo, yo, oo, n = _locate(task, nchunks, x_org, x_str, y_org, y_str, shape)
+    ov = out[oo : oo + n]
+    xv = _chunk(x, xo, x_str[shape.size - 1], n)
+    yv = _chunk(y, yo, y_str[shape.size - 1], n)
+    if flag & _U8(1):
+        _fix_signs(GENERAL, xv, xkind, yv, ykind, ov)
+    if flag & _U8(2):
+        _fix_flagged(GENERAL, xv, xkind, yv, ykind, ov)
 
 
 def _gather(x, start, stride, y, table, ov):  # pragma: no cover - overloaded below
@@ -594,48 +647,60 @@ def _wide_block(xv, yv, ykind, ov, s, n, low, clean):
 
 
 # One kernel per class; all share the signature
-# (x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table).  ``table`` is empty,
+# (x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags).  ``flags``
+# is empty, or for GENERAL one byte per task that ``pow_fixup`` reads.  ``table`` is empty,
 # or for a half-type base (uint16 bits) the class's results for all 65,536 bases: then the
 # kernel maps X through it instead of computing.  The gather lives in every class's kernel,
 # so it costs no compilation of its own (a separate parallel kernel took 1.2 s more on the
 # first call).
 @kernel(parallel=True, error_model="numpy")
-def pow_square(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_square(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** 2."""
-    _drive(SQUARE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(SQUARE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_cube(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_cube(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** 3."""
-    _drive(CUBE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(CUBE, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_sqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_sqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** 0.5."""
-    _drive(SQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(SQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_recip(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_recip(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** -1."""
-    _drive(RECIP, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(RECIP, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_rsqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_rsqrt(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** -0.5."""
-    _drive(RSQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(RSQRT, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_ipow(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_ipow(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** n for a scalar int64 n with |n| < IPOW_LIMIT."""
-    _drive(IPOW, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(IPOW, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
 
 
 @kernel(parallel=True, error_model="numpy")
-def pow_general(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table):
+def pow_general(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
     """x ** y for any exponent: a scalar or a strided array."""
-    _drive(GENERAL, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table)
+    _drive(GENERAL, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags)
+
+
+@kernel(parallel=True, error_model="numpy")
+def pow_fixup(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags):
+    """After ``pow_general`` on float32/float64 bases: the signs and libm elements of the tasks
+    it flagged (nonzero ``flags``); compiled on first need."""
+    nchunks = _chunks_per_row(shape)
+    for task in prange(flags.size):
+        t = types.int64(task)
+        if flags[t] != _U8(0):
+            _fix_task(t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flags[t])
