@@ -42,6 +42,17 @@ def test_warmup_compiles_what_later_calls_use(rng, capsys):
     assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
 
 
+def test_warmup_prepares_special_bases(rng):
+    """Negative, zero, subnormal and NaN float bases take fix-up kernels of their own."""
+    noo.warmup(["float32"])
+    compiled = noo.compiled_specializations()
+    x = random_array(rng, (5, 40), np.float32)
+    x[:, :4] = [-2.5, 0.0, 1e-40, np.nan]
+    for y in (3.7, np.float32(-1.5), x, x[0]):
+        assert_pow_matches(noo.pow(x, y), x, y, what=f"float32 specials ^ {np.shape(y)}")
+    assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
+
+
 def test_warmup_refuses_other_dtypes():
     with pytest.raises(TypeError, match="int8"):
         noo.warmup([np.int8])
