@@ -445,8 +445,8 @@ def _task(
     _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged, flags, task)
 
 
-def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):  # pragma: no cover
-    raise NotImplementedError
+def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+    raise NotImplementedError  # pragma: no cover - overloaded below
 
 
 @overload(_fix_now_or_later)
@@ -703,4 +703,6 @@ def pow_fixup(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, 
     for task in prange(flags.size):
         t = types.int64(task)
         if flags[t] != _U8(0):
-            _fix_task(t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flags[t])
+            _fix_task(
+                t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flags[t]
+            )
