@@ -408,18 +408,21 @@ def log_wide(x):
 
 @_element
 def log_wide_normal(x):
-    """log x as (hi, lo) for a positive, normal, finite x: ``log_wide`` without its cases."""
-    return _log_wide(f64_as_u64(x))
+    """log|x| as (hi, lo) for a normal finite x: ``log_wide`` without its cases."""
+    return _log_wide(f64_as_u64(abs(x)))
 
 
 @_element
-def exp_wide_of_log(y, lhi, llo):
-    """(|x|**y, ok) from log|x| = lhi + llo for a positive normal finite x and a finite y:
+def exp_wide_of_log(x, y, lhi, llo):
+    """(x**y, ok) from log|x| = lhi + llo for a normal finite x and a finite y:
     ``pow_wide_finish`` without its special values (x = 1 and y = 0 come out as exactly 1:
-    the log of 1 is exactly 0)."""
+    the log of 1 is exactly 0).  A negative x takes C99's sign: -|x|**y for an odd integer
+    y, NaN for a non-integer one (with a scalar y the factor is a loop invariant)."""
     ehi = y * lhi
     elo = y * llo + fma(y, lhi, -ehi)
-    return _exp_wide(ehi, elo), abs(ehi) < 708.0
+    m = _exp_wide(ehi, elo)
+    factor = -1.0 if _is_odd(y) else (1.0 if _is_int(y) else _NAN)
+    return (m * factor if x < 0.0 else m), abs(ehi) < 708.0
 
 
 @_element
