@@ -3,7 +3,9 @@
 The front layer picks the class once per call (``SQUARE`` for a scalar 2, ..., ``GENERAL``
 for everything else) and calls that class's kernel; a class is a compile-time constant inside
 its kernel, so each compiled loop holds one element function and LLVM vectorizes it.  Kernels
-compile lazily, per class and operand types, on first use.
+compile lazily, per class and operand types, on first use.  GENERAL on float32/float64 bases
+leaves two rare passes, C99's signs and zero bases and the elements libm must compute, to
+``pow_fixup``, which runs on the tasks it flagged and compiles only when some data needs it.
 
 Operands arrive as flat buffers with an origin and per-axis element strides (0 on broadcast
 axes, see ``_broadcast``), or, for a single-element exponent, as a scalar (float64 for float
