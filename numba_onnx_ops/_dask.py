@@ -21,6 +21,7 @@ import dask.system
 import numba
 import numpy as np
 from dask.array.core import unify_chunks
+from dask.base import tokenize
 
 from ._dtypes import BFLOAT16, FLOAT16
 from ._versions import resolve_version
@@ -106,6 +107,14 @@ def _no_out(label: str, out) -> None:
         raise TypeError(f"{label}: out= is not supported when an operand is a dask array")
 
 
+def _name(op: str, *parts) -> str:
+    """The output's graph name, from what determines its blocks: the operands' names (dask's
+    content tokens), their indices and chunks, and the operation's arguments.  Naming the
+    output here spares dask hashing the task function (a pickle of it) and inspecting its
+    signature at every call: about 0.15 ms of a one-chunk call."""
+    return f"{op}-{tokenize(*parts)}"
+
+
 def _blocks(arrays_and_indices, out_ind):
     """Unify the chunks of indexed operands (the common refinement of their boundaries on each
     shared index; size-1 dimensions broadcast) and count the output blocks."""
@@ -142,10 +151,19 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
         xd = _as_dask(X, x)
         xd = xd[(None,) * (nd - xd.ndim)] if xd.ndim < nd else xd
         value = np.ascontiguousarray(y).reshape(())
-        return xd.map_blocks(
+        out_ind = tuple(range(nd))
+        return da.blockwise(
             partial(_run_in_task, _pow_block, xd.npartitions),
+            out_ind,
+            xd,
+            out_ind,
             value,
+            None,
             block_opset,
+            None,
+            name=_name("pow", xd.name, value.dtype.str, value.tobytes(), block_opset),
+            dtype=x.dtype,
+            align_arrays=False,
             meta=np.empty((0,) * nd, x.dtype),
         )
     xd = _as_dask(X, x)
@@ -165,6 +183,7 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
         y_ind,
         block_opset,
         None,
+        name=_name("pow", xd.name, x_ind, xd.chunks, yd.name, y_ind, yd.chunks, block_opset),
         dtype=x.dtype,
         align_arrays=False,
         meta=np.empty((0,) * nd, x.dtype),
@@ -237,6 +256,7 @@ def matmul(A, B, *, opset=None, out=None):
         b_ind,
         version,
         None,
+        name=_name(func.__name__, ad.name, a_ind, ad.chunks, bd.name, b_ind, bd.chunks, version),
         dtype=acc,
         align_arrays=False,
         concatenate=True,
