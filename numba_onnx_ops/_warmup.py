@@ -17,13 +17,14 @@ if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
 # Shapes that walk every dispatch path: tiny, batched, odd sizes past the block edges,
-# matrix-vector products, and batches of 8, 16 and 64 columns with enough work for the vector
-# micro-kernel (one of each of its block widths); for Pow, every exponent class and broadcast
-# pattern.
+# matrix-vector products, batches of 8, 16 and 64 columns with enough work for the vector
+# micro-kernel (one of each of its block widths), and a product large enough for the half
+# types' own paths (sgemm panels, bfloat16 pairs); for Pow, every exponent class and
+# broadcast pattern.
 _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)),
                  ((2, 1, 33, 17), (3, 17, 5)), ((64,), (64, 64)), ((64, 64), (64,)),
                  ((2048, 8, 8), (2048, 8, 8)), ((256, 16, 16), (256, 16, 16)),
-                 ((16, 64, 64), (16, 64, 64))]  # fmt: skip
+                 ((16, 64, 64), (16, 64, 64)), ((200, 192), (192, 200))]  # fmt: skip
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 
 

@@ -5,7 +5,10 @@ Dispatch, after every check:
 - float32/float64 products whose layout numpy's BLAS takes, except long batches of small
   matrices: ``numpy.matmul`` (OpenBLAS) on the validated arrays; plain 2-D and matrix-vector
   calls take a short path.  The crossovers live in ``_matmul_dispatch``.
-- large float16/bfloat16 products: numpy's sgemm on bounded float32 panels
+- large bfloat16 products on CPUs with AVX512_BF16: pair dot products on the vector
+  micro-kernel (``_matmul_bf16``), unless an operand could make the instruction flush a
+  subnormal.
+- other large float16/bfloat16 products: numpy's sgemm on bounded float32 panels
   (``_matmul_half``).
 - everything else (integers, smaller half products, long batches of small float matrices,
   layouts BLAS cannot take) runs on the own kernels (``_matmul_own`` picks one by shape).
@@ -19,8 +22,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._broadcast import broadcast_shape
-from ._dtypes import as_input
+from ._dtypes import BFLOAT16, as_input
 from ._front import check_dtype, dask_operand, finish, prepare_out
+from ._matmul_bf16 import pairs_win, run_bf16_pairs
 from ._matmul_dispatch import blas_wins, blasable, half_blas_wins
 from ._matmul_half import run_half_blas
 from ._matmul_own import run
@@ -99,6 +103,8 @@ def matmul(
             target[...] = 0
         elif a.dtype in (_F32, _F64) and blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
             _np_matmul(a, b, out=target)
+        elif a.dtype == BFLOAT16 and pairs_win(m, n, k):
+            run_bf16_pairs(a2, b2, batch, m, n, k, target)
         elif a.dtype.itemsize == 2 and half_blas_wins(m, n, k):
             run_half_blas(a2, b2, batch, m, n, k, target)
         else:

@@ -3,7 +3,8 @@
 The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_vector`` (float32/float64
 on the vector micro-kernel), ``matmul_direct``, ``matmul_small``, ``matmul_packed``,
 ``matmul_rows_dot``, ``matmul_cols_axpy``, and for large half-type products sgemm on float32
-panels (``widen_panels``, BLAS, ``narrow_panel``).  Each case
+panels (``widen_panels``, BLAS, ``narrow_panel``) or, for bfloat16 on CPUs with AVX512_BF16,
+pair dot products (``pack_bf16_pairs``, then ``matmul_vector`` storing bfloat16).  Each case
 below names the path it must take (a spy on the launches records it), so a change of the
 dispatch rules cannot silently leave a kernel untested.  Sizes sit on and around the kernels'
 block sizes (micro-tiles 4x3, k padding 8, row blocks 4, column strips of one and two
@@ -28,6 +29,7 @@ import numba_onnx_ops as noo
 front = importlib.import_module("numba_onnx_ops.matmul")
 dispatch = importlib.import_module("numba_onnx_ops._matmul_dispatch")
 half = importlib.import_module("numba_onnx_ops._matmul_half")
+pairs = importlib.import_module("numba_onnx_ops._matmul_bf16")
 own = importlib.import_module("numba_onnx_ops._matmul_own")
 slp = importlib.import_module("numba_onnx_ops._slp")
 kernels = importlib.import_module("numba_onnx_ops._kernels.matmul")
@@ -47,6 +49,7 @@ _NAMES = {
     "matmul_cols_axpy": "cols_axpy",
     "widen_panels": "widen",
     "narrow_panel": "narrow",
+    "pack_bf16_pairs": "pairs",
 }
 
 
@@ -70,7 +73,7 @@ def paths(monkeypatch):
         seen.append("blas")
         return real_blas(*args, **kwargs)
 
-    for module in (own, half, slp):
+    for module in (own, half, slp, pairs):
         monkeypatch.setattr(module, "launch", launch)
     for module in (front, half):
         monkeypatch.setattr(module, "_np_matmul", blas)
@@ -90,6 +93,12 @@ def no_vector(monkeypatch):
     """As on a CPU without AVX2 and FMA: float products take the plain own kernels."""
     for module in (own, dispatch):
         monkeypatch.setattr(module, "vector_tile", lambda dtype, n: (None, 0))
+
+
+@pytest.fixture
+def no_pairs(monkeypatch):
+    """As on a CPU without AVX512_BF16: bfloat16 products take the float32 paths."""
+    monkeypatch.setattr(front, "pairs_win", lambda m, n, k: False)
 
 
 @pytest.fixture(params=[512, 256], ids=["avx512", "avx2"])
@@ -293,7 +302,7 @@ def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
 # large float16/bfloat16 products: sgemm over float32 panels
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
-def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
+def test_half_panels_through_blas(no_pairs, paths, rng, monkeypatch, dtype, layout):
     monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
@@ -302,7 +311,7 @@ def test_half_panels_through_blas(paths, rng, monkeypatch, dtype, layout):
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_half_panel_tiles_and_k_blocks(paths, rng, monkeypatch, dtype):
+def test_half_panel_tiles_and_k_blocks(no_pairs, paths, rng, monkeypatch, dtype):
     # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
     monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
     monkeypatch.setattr(half, "PANEL", 600)
@@ -316,7 +325,7 @@ def test_half_panel_tiles_and_k_blocks(paths, rng, monkeypatch, dtype):
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_half_panels_default_sizes(paths, rng, dtype):
+def test_half_panels_default_sizes(no_pairs, paths, rng, dtype):
     a = operand(rng, (700, 300), dtype)
     b = operand(rng, (300, 1300), dtype)
     check(a, b)
@@ -324,7 +333,7 @@ def test_half_panels_default_sizes(paths, rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
-def test_half_panels_keep_specials(rng, monkeypatch, dtype):
+def test_half_panels_keep_specials(no_pairs, rng, monkeypatch, dtype):
     monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
     # small integers: every sum is exact in float32 (and float64), so the one rounding to the
     # half type is all there is; the oracle sums in float64 (not the sgemm under test)
@@ -336,6 +345,149 @@ def test_half_panels_keep_specials(rng, monkeypatch, dtype):
     with np.errstate(over="ignore", invalid="ignore"):
         exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert_same_values(got, round_to_format(exact, dtype), signed_zeros=False)
+
+
+# bfloat16 on AVX512_BF16: pair dot products (vdpbf16ps)
+PAIRS_HW = pairs.pairs_win(1024, 1024, 1024)
+
+
+def pair_order_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """bfloat16 ``a @ b`` as the pair dot products define it: float32 sums, the terms added one
+    by one in the order k = 1, 0, 3, 2, ... (each ``acc + a_k * b_k`` rounded once to float32),
+    rounded once to bfloat16.  Exact for operands whose magnitudes lie in [2**-7, 2**7] (or
+    are zero) and K <= 2**10: every product and float32 sum plus a product is then a multiple
+    of 2**-30 below 2**24, exact in float64, so the one cast to float32 is the one rounding."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    k = a.shape[-1]
+    shape = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1])
+    acc = np.zeros(shape, np.float32)
+    for p in range((k + 1) // 2):
+        for kk in (2 * p + 1, 2 * p):
+            if kk < k:
+                acc = (acc + a64[..., :, kk : kk + 1] * b64[..., kk : kk + 1, :]).astype(F32)
+    return acc.astype(BF16)
+
+
+def wide_operand(rng, shape, layout="C"):
+    """bfloat16 values of both signs from 2**-7 to 2**7: float32 sums of them depend on the
+    order of the terms, which the pair order's oracle then tells apart."""
+    x = rng.uniform(1, 2, shape) * 2.0 ** rng.integers(-7, 7, shape) * rng.choice([-1, 1], shape)
+    return operand_like(x.astype(BF16), layout)
+
+
+def operand_like(x, layout):
+    return {"C": x, "F": np.asfortranarray(x), "neg": x[..., ::-1, ::-1].copy()[..., ::-1, ::-1],
+            "step": _stepped(x)}[layout]  # fmt: skip
+
+
+def _stepped(x):
+    big = np.zeros(x.shape[:-2] + (2 * x.shape[-2], 2 * x.shape[-1]), x.dtype)
+    big[..., ::2, ::2] = x
+    return big[..., ::2, ::2]
+
+
+@pytest.fixture
+def small_pairs(monkeypatch):
+    """Small bfloat16 products take the pairs too, so their edges can be checked."""
+    monkeypatch.setattr(pairs, "PAIRS_MIN_MNK", 1)
+
+
+PAIR_SHAPES = [
+    ((8, 2), (2, 32)),  # one register block, one pair
+    ((9, 3), (3, 33)),  # odd K (the last pair's high half is zero), row and column edges
+    ((70, 65), (65, 71)),
+    ((1, 200), (200, 40)),
+    ((33, 64), (64, 100)),
+    ((2, 1, 37, 90), (3, 90, 45)),  # broadcast batches
+]
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+@pytest.mark.parametrize("shapes", PAIR_SHAPES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
+def test_bf16_pairs_exact_in_pair_order(paths, rng, small_pairs, shapes, layout):
+    a = wide_operand(rng, shapes[0], layout)
+    b = wide_operand(rng, shapes[1], "F" if layout == "C" else layout)
+    got = noo.matmul(a, b)
+    assert_same_values(got, pair_order_product(a, b))
+    nbatch = max(1, int(np.prod(got.shape[:-2])))
+    assert set(paths) == {"pairs", "vector"} and paths[0] == "pairs"
+    assert paths.count("pairs") == nbatch
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_order_is_what_the_oracle_checks(rng):
+    # The data above make the order of the float32 sums visible after rounding to bfloat16:
+    # summed in order of k instead, many elements differ.
+    a = wide_operand(rng, (64, 200))
+    b = wide_operand(rng, (200, 64))
+    in_order = np.zeros((64, 64), F32)
+    for kk in range(200):
+        in_order = (in_order + np.outer(a[:, kk], b[kk]).astype(np.float64)).astype(F32)
+    assert (in_order.astype(BF16) != pair_order_product(a, b)).sum() > 10
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_row_blocks(paths, rng, small_pairs):
+    # 32 columns are one strip: the rows are split into blocks (each a batch entry of the
+    # launch) so that every thread gets work, the remainder rows in a launch of their own.
+    a = wide_operand(rng, (1001, 50))
+    b = wide_operand(rng, (50, 32))
+    assert_same_values(noo.matmul(a, b), pair_order_product(a, b))
+    blocks = pairs._row_blocks(1001, 1)
+    assert sum(rb * count for _, rb, count in blocks) == 1001
+    assert paths == ["pairs"] + ["vector"] * len(blocks)
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_default_sizes(paths, rng):
+    a = wide_operand(rng, (300, 256))
+    b = wide_operand(rng, (256, 200))
+    assert_same_values(noo.matmul(a, b), pair_order_product(a, b))
+    assert set(paths) == {"pairs", "vector"} and paths[0] == "pairs"
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+@pytest.mark.parametrize(
+    "tiny_a, tiny_b",
+    [
+        (1e-39, 2.0**100),  # a subnormal input: the pairs would read it as zero
+        (2.0**-60, 2.0**-70),  # normal inputs, a subnormal product: it would be flushed
+    ],
+)
+def test_bf16_pairs_refuse_what_they_would_flush(paths, rng, small_pairs, tiny_a, tiny_b):
+    a = np.zeros((40, 64), BF16)
+    b = np.zeros((64, 48), BF16)
+    a[3, 5], b[5, 7] = tiny_a, tiny_b
+    a[4, :], b[:, 8] = 1, 1  # ordinary sums elsewhere
+    got = noo.matmul(a, b)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert_same_values(got, round_to_format(want, BF16))
+    assert got[3, 7] != 0
+    assert paths == ["pairs", "widen", "blas", "narrow"]
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_boundary_of_the_check():
+    # The smallest product the pairs take is 2**-110 (exponent fields summing to 144).
+    m = 1
+    emin = np.array([127 - 55, 127 - 55], np.uint32)
+    assert pairs.inputs_safe(emin, m)
+    emin = np.array([127 - 55, 127 - 56], np.uint32)
+    assert not pairs.inputs_safe(emin, m)
+    assert not pairs.inputs_safe(np.array([0, 250], np.uint32), m)  # a subnormal A
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_keep_specials(rng, small_pairs):
+    a = rng.integers(-2, 3, (20, 70)).astype(BF16)
+    b = rng.integers(-2, 3, (70, 40)).astype(BF16)
+    a[0, 0], a[1, 1], b[2, 2] = np.inf, np.nan, -np.inf
+    a[:, 3], b[3, :] = 2.0**60, 2.0**60  # products far from the others, finite in float32
+    got = noo.matmul(a, b)
+    with np.errstate(over="ignore", invalid="ignore"):
+        exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert_same_values(got, round_to_format(exact, BF16), signed_zeros=False)
 
 
 # matrix-vector and vector-matrix

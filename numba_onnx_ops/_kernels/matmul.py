@@ -475,3 +475,51 @@ def narrow_panel(src, kind, dst, origin, rs):
         row = src[i]
         for j in range(n):
             dst[np.uint64(base + j)] = narrow(row[j], kind, dst)  # (no wraparound: see _at)
+
+
+# --- bfloat16 products on AVX512_BF16's pair dot products ---------------------------------
+
+
+@njit(inline="always")
+def _exponent_or_max(bits):
+    """The exponent field of bfloat16 ``bits`` (uint32), 255 for a zero of either sign."""
+    e = (bits >> np.uint32(7)) & np.uint32(0xFF)
+    return e if bits & np.uint32(0x7FFF) else np.uint32(255)
+
+
+@njit(inline="always")
+def _pack_pairs(src, base, step, gap, nhi, count, dst):
+    """dst[j] = src[base + j * step] | src[base + j * step + gap] << 16 (bits) for j < nhi, the
+    low half alone for nhi <= j < count; returns the smallest exponent field among the
+    nonzero elements read (255 if none)."""
+    low = np.uint32(255)
+    for j in range(nhi):
+        lo = np.uint32(_at(src, base + j * step))
+        hi = np.uint32(_at(src, base + j * step + gap))
+        dst[j] = lo | (hi << np.uint32(16))
+        low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
+    for j in range(nhi, count):
+        lo = np.uint32(_at(src, base + j * step))
+        dst[j] = lo
+        low = min(low, _exponent_or_max(lo))
+    return low
+
+
+@kernel(parallel=True)
+def pack_bf16_pairs(a, a_org, a_rs, a_cs, ap, b, b_org, b_rs, b_cs, bp, K, emin):
+    """Both operands of one bfloat16 product as pairs along K, in one launch:
+    ``ap[i, p]`` = A[i, 2p] | A[i, 2p + 1] << 16 and ``bp[p, j]`` = B[2p, j] | B[2p + 1, j] << 16
+    (bits; the missing high half of an odd K's last pair is zero).  ``emin[r]`` gets the
+    smallest exponent field among the nonzero elements of row r of ``ap`` (r < M) or of
+    ``bp`` (the rest), 255 where all are zero: the caller's check that no input is subnormal
+    and no product can be.
+    """
+    m, kp = ap.shape
+    n = bp.shape[1]
+    for r in prange(m + kp):
+        if r < m:
+            emin[r] = _pack_pairs(a, a_org + r * a_rs, 2 * a_cs, a_cs, K // 2, kp, ap[r])
+        else:
+            p = r - m
+            nhi = n if 2 * p + 1 < K else 0
+            emin[r] = _pack_pairs(b, b_org + 2 * p * b_rs, b_cs, b_rs, nhi, n, bp[p])

@@ -16,6 +16,21 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+
+class _BFloat16(ir.types.Type):
+    """LLVM's ``bfloat`` (llvmlite's IR builder has no such type): only the operand type of
+    AVX512_BF16's dot-product intrinsic, reached by bitcasts of 32-bit lanes."""
+
+    def _to_string(self):
+        return "bfloat"
+
+    def __eq__(self, other):
+        return isinstance(other, _BFloat16)
+
+    def __hash__(self):
+        return hash(_BFloat16)
+
+
 # Tile dimensions travel in the type of a flat tuple (a nested one cannot enter a prange body):
 # MR Python ints, NV floats and W bools (int64, float64 and boolean to numba); the values are
 # never read.  Python scalars, because numba's dispatcher types such a tuple in 0.4 us, where
@@ -75,6 +90,15 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     (vector loads and stores), A is read one element at a time with any strides.  Rows past
     ``rows`` re-read the last row and are not stored, so every block runs at full height.
     ``K`` must be at least 1.  The sum runs in order of k, one FMA (one rounding) per term.
+
+    bfloat16 pairs: with ``a`` and ``b`` uint32 arrays and ``c`` uint16 (bfloat16 bits; 16
+    lanes, AVX512_BF16 only), each element of ``a`` and ``b`` holds two bfloat16 values, those
+    of k = 2p (low half) and k = 2p + 1 (high half), and ``K`` counts pairs.  Each step is one
+    ``vdpbf16ps``: ``acc = (acc + a_hi * b_hi) + a_lo * b_lo``, each product exact in float32
+    and each sum rounded to nearest, which is two FMAs in that order, except that subnormal
+    inputs read as zero and subnormal sums are flushed to zero: the caller makes sure neither
+    can occur.  The float32 sums are rounded once to bfloat16 (``vcvtneps2bf16``: to nearest
+    even, NaN stays NaN) as they are stored.
     """
     dims = _tile_dims(tile)
     if dims is None:
@@ -82,12 +106,16 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     if not all(isinstance(x, types.Array) and x.ndim == 1 for x in (a, b, c)):
         return None
     dtype = a.dtype
-    if b.dtype != dtype or c.dtype != dtype:
+    mr, nv, lanes = dims
+    pairs = (dtype, b.dtype, c.dtype) == (types.uint32, types.uint32, types.uint16)
+    if pairs:
+        if lanes != 16:
+            return None
+    elif b.dtype != dtype or c.dtype != dtype:
         return None
     floating = dtype in (types.float32, types.float64)
     if not (floating or (isinstance(dtype, types.Integer) and dtype.bitwidth in (32, 64))):
         return None
-    mr, nv, lanes = dims
     ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows)
     if not all(isinstance(x, types.Integer) for x in ints):
         return None
@@ -108,10 +136,37 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
             as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11)
         )
         ft = context.get_value_type(dtype)
-        vt = ir.VectorType(ft, lanes)
+        vt = ir.VectorType(ft, lanes)  # the operands' vectors
         vptr = vt.as_pointer()
         align = dtype.bitwidth // 8
-        if floating:
+        acct = vt  # the accumulators'
+        c_vec = vt  # C's
+
+        def finish(acc):
+            return acc
+
+        if pairs:
+            acct = ir.VectorType(ir.FloatType(), lanes)
+            bft = ir.VectorType(_BFloat16(), 2 * lanes)
+            dot = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(acct, [acct, bft, bft]),
+                "llvm.x86.avx512bf16.dpbf16ps.512",
+            )
+            to_bf16 = cgutils.get_or_insert_function(
+                builder.module,
+                ir.FunctionType(ir.VectorType(_BFloat16(), lanes), [acct]),
+                "llvm.x86.avx512bf16.cvtneps2bf16.512",
+            )
+            c_vec = ir.VectorType(ir.IntType(16), lanes)
+
+            def madd(x, y, acc):
+                return builder.call(dot, [acc, builder.bitcast(x, bft), builder.bitcast(y, bft)])
+
+            def finish(acc):  # noqa: F811 - the pairs' C is bfloat16
+                return builder.bitcast(builder.call(to_bf16, [acc]), c_vec)
+
+        elif floating:
             fma = cgutils.get_or_insert_function(
                 builder.module,
                 ir.FunctionType(vt, [vt, vt, vt]),
@@ -125,7 +180,7 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
             def madd(x, y, acc):
                 return builder.add(acc, builder.mul(x, y))
 
-        zero = ir.Constant(vt, None)
+        zero = ir.Constant(acct, None)
         splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
         undef = ir.Constant(vt, ir.Undefined)
 
@@ -147,7 +202,7 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
         k.add_incoming(ir.Constant(i64, 0), entry)
         accs = []
         for _ in range(mr * nv):
-            phi = builder.phi(vt)
+            phi = builder.phi(acct)
             phi.add_incoming(zero, entry)
             accs.append(phi)
         brow = builder.gep(bbase, [builder.mul(k, b_rs_)])
@@ -178,8 +233,9 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
             store_row = builder.icmp_signed("<", ir.Constant(i64, r), rows_)
             with builder.if_then(store_row, likely=True):
                 for v in range(nv):
-                    ptr = builder.bitcast(builder.gep(crow, [ir.Constant(i64, v * lanes)]), vptr)
-                    builder.store(new[r * nv + v], ptr, align=align)
+                    ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
+                    builder.store(finish(new[r * nv + v]), builder.bitcast(ptr, c_vec.as_pointer()),
+                                  align=context.get_abi_alignment(c_vec.element))  # fmt: skip
         return context.get_dummy_value()
 
     return sig, codegen
