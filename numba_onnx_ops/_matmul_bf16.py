@@ -42,10 +42,11 @@ _TASKS_PER_THREAD = 4  # work items of a launch per thread, at the least, where 
 
 
 # Products of at least this many multiply-adds per matrix, and at least two vectors of
-# columns, take the pairs.  Measured on Zen 4 (2 threads, back to back, against the paths
-# they replace): 256^3 0.25 vs 0.28 ms, 512^3 1.45 vs 1.50, 1024^3 5.9 vs 11-12; but 128^3
-# 72 vs 63 us (three launches and the packing per matrix), (8,128,128)^2 243 vs 91 us, and
-# 16 columns (one vector a row block: loads, not dot products, bound it) 726 vs 449 us.
+# columns, take the pairs.  Measured on Zen 4 (2 threads, medians, against the paths they
+# replace): 256^3 0.25 vs 0.28 ms and 512^3 1.45 vs 1.50 back to back, 1024^3 6-7 vs 14-15
+# with pauses between calls; but 128^3 72 vs 63 us (three launches and the packing per
+# matrix), (8,128,128)^2 243 vs 91 us, and 16 columns (one vector a row block: loads, not dot
+# products, bound it) 726 vs 449 us.
 PAIRS_MIN_MNK = 192**3
 PAIRS_MIN_N = 32
 
