@@ -487,11 +487,13 @@ def _exponent_or_max(bits):
     return e if bits & np.uint32(0x7FFF) else np.uint32(255)
 
 
-@njit(inline="always")
+@njit
 def _pack_pairs(src, base, step, gap, nhi, count, dst):
     """dst[j] = src[base + j * step] | src[base + j * step + gap] << 16 (bits) for j < nhi, the
     low half alone for nhi <= j < count; returns the smallest exponent field among the
-    nonzero elements read (255 if none)."""
+    nonzero elements read (255 if none).  A function of its own, not inlined into the
+    kernel's loop body: inlined at both call sites, it cost 2.3 s of the kernel's first
+    compile instead of 1.0 s."""
     low = np.uint32(255)
     for j in range(nhi):
         lo = np.uint32(_at(src, base + j * step))
