@@ -12,6 +12,7 @@ from ._broadcast import batch_offsets, flat_buffer
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
+from ._kernels.microkernel import whole_shape as _whole_shape
 from ._parallel import launch
 from ._slp import launch_slp
 
@@ -46,6 +47,11 @@ def run(a, b, batch, m, n, k, target) -> None:
         launch(_k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc)
         return
     out3 = tview.reshape(nbatch, m, n)
+    whole = whole_shape(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
+    if whole is not None:
+        chunks = min(nbatch, 8 * _NTHREADS)
+        launch(_k.matmul_whole, abuf, a_off, a_rs, bbuf, b_off, b_rs, out3, chunks, whole)
+        return
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
         chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
@@ -120,6 +126,35 @@ def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
     if bits == 512 and n >= lanes // 2:  # a 256-bit block for 8 float32 columns
         return tile_shape(8, 1, lanes // 2), lanes // 2
     return None, 0
+
+
+# Tiny float32/float64 matrices are multiplied whole, in straight-line code compiled for their
+# shape (``whole_products``): M and K up to these, N one or two vectors, the sums in registers.
+# Each shape is its own specialization, so only the small ones where the blocked micro-kernel's
+# per-block setup outweighs K steps take it.  Zen 4, 4096 or 2048 products, whole / blocked
+# (the whole kernel with A's column stride a variable, before it became the constant 1):
+# float32 4x8x8 57 / 122 us, 16x8x8 173 / 238, float64 4x4x4 43 / 89, 8x8x8 102 / 126 on one
+# core; but with K = 16 the blocks were as fast or faster: float32 16x16x16 231 / 206,
+# 8x16x16 135 / 106, float64 16x16x16 358 / 357.
+WHOLE_MAX_M = 16
+WHOLE_MAX_K = 8
+
+
+@functools.cache
+def whole_shape(dtype: np.dtype, m: int, n: int, k: int) -> tuple | None:
+    """The shape argument of ``matmul_whole`` for ``dtype`` products of M x K by K x N
+    matrices, or ``None`` where it does not apply: float32/float64, M and K small, N one or
+    two vectors of the CPU's width or half of it, and every sum in a vector register."""
+    bits = vector_bits()
+    if not bits or dtype not in (_F32, _F64) or m > WHOLE_MAX_M or k > WHOLE_MAX_K:
+        return None
+    registers = 32 if bits == 512 else 16
+    widest = bits // (8 * dtype.itemsize)
+    for lanes in (widest, widest // 2):
+        nv = n // lanes
+        if lanes >= 4 and n % lanes == 0 and nv in (1, 2) and m * nv + nv + 1 <= registers:
+            return _whole_shape(m, k, nv, lanes)
+    return None
 
 
 def packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):

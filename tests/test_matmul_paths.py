@@ -50,6 +50,7 @@ _NAMES = {
     "widen_panels": "widen",
     "narrow_panel": "narrow",
     "pack_bf16_pairs": "pairs",
+    "matmul_whole": "whole",
 }
 
 
@@ -93,6 +94,7 @@ def no_vector(monkeypatch):
     """As on a CPU without AVX2 and FMA: float products take the plain own kernels."""
     for module in (own, dispatch):
         monkeypatch.setattr(module, "vector_tile", lambda dtype, n: (None, 0))
+    monkeypatch.setattr(own, "whole_shape", lambda dtype, m, n, k: None)
 
 
 @pytest.fixture
@@ -101,18 +103,28 @@ def no_pairs(monkeypatch):
     monkeypatch.setattr(front, "pairs_win", lambda m, n, k: False)
 
 
+@pytest.fixture
+def no_whole(monkeypatch):
+    """Tiny matrices take the blocked micro-kernel instead of whole-matrix code."""
+    monkeypatch.setattr(own, "whole_shape", lambda dtype, m, n, k: None)
+
+
 @pytest.fixture(params=[512, 256], ids=["avx512", "avx2"])
 def vector_width(request, monkeypatch):
     """The micro-kernel's tiles for each register width, whatever the host has (LLVM splits
     wider vectors than the CPU's, so the results hold on any x86-64 CPU)."""
+    caches = (own.vector_tile, own.whole_shape)  # (other fixtures may replace them)
     monkeypatch.setattr(own, "vector_bits", lambda: request.param)
     monkeypatch.setattr(own, "vector_int64", lambda: request.param == 512)  # AVX-512DQ
-    own.vector_tile.cache_clear()
+    for cached in caches:
+        cached.cache_clear()
     yield request.param
-    own.vector_tile.cache_clear()
+    for cached in caches:
+        cached.cache_clear()
 
 
-VECTOR = "vector" if own.vector_bits() else "small"  # where long batches of 8x8 go
+VECTOR = "vector" if own.vector_bits() else "small"  # where long batches go
+TINY = "whole" if own.vector_bits() else "small"  # where long batches of 8x8 go
 
 
 # ------------------------------------------------------------------------------------------
@@ -196,6 +208,38 @@ DIRECT_SHAPES = [
 def test_direct_integers(paths, rng, no_vector, dtype, shapes):
     check(operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype))
     assert paths == ["direct"]
+
+
+# matmul_whole: tiny matrices in straight-line code, for each register width.  The sums run
+# in the order of the blocked micro-kernel's (one FMA per term, in order of k), so the two
+# paths agree bit for bit.
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_whole_products(paths, rng, own_floats, vector_width, dtype, monkeypatch):
+    lanes = vector_width // (8 * dtype.itemsize)
+    took = 0
+    for m in (2, 3, 8, 9, 16, 17):
+        for k in (1, 2, 5, 8, 9):
+            for n in (lanes // 2, lanes, 2 * lanes, 3 * lanes):
+                a = operand(rng, (5, m, k), dtype)
+                b = operand(rng, (1, k, n), dtype)  # broadcast: every entry the same B
+                shape = own.whole_shape(dtype, m, n, k)
+                paths.clear()
+                got = check(a, b)
+                if shape is None:
+                    assert "whole" not in paths, (m, k, n)
+                    continue
+                took += 1
+                assert paths == ["whole"], (m, k, n, paths)
+                with monkeypatch.context() as blocks:
+                    blocks.setattr(own, "whole_shape", lambda *args: None)
+                    assert_same_values(got, noo.matmul(a, b))
+    assert took >= 20  # the shapes above do reach the whole-matrix code
+
+
+def test_whole_needs_unit_column_strides(paths, rng, own_floats):
+    a = operand(rng, (64, 8, 8), F32, "step")  # A's column stride 2
+    check(a, operand(rng, (64, 8, 8), F32))
+    assert "whole" not in paths
 
 
 @pytest.mark.parametrize("layout_a", ["C", "F", "neg", "step"])
@@ -537,7 +581,7 @@ def test_blas_two_dimensional(paths, rng, dtype, shapes):
         (F32, (70, 80), (80, 90), "blas"),
         (F32, (3, 21, 19), (19, 35), "blas"),
         (F32, (2, 1, 30, 40), (3, 40, 50), "blas"),
-        (F32, (1024, 8, 8), (1024, 8, 8), VECTOR),  # long batches of small matrices: own
+        (F32, (1024, 8, 8), (1024, 8, 8), TINY),  # long batches of small matrices: own
         (F32, (1024, 40, 30), (30, 20), "vector" if VECTOR == "vector" else "direct"),
         (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),
     ],
@@ -582,7 +626,7 @@ VECTOR_SHAPES = [
 
 @pytest.mark.parametrize("k", [1, 3, 17])
 @pytest.mark.parametrize("dtype", [F32, F64, I64, U64], ids=str)
-def test_vector_tile_edges(paths, rng, own_floats, vector_width, dtype, k):
+def test_vector_tile_edges(paths, rng, own_floats, vector_width, no_whole, dtype, k):
     lanes = vector_width // (8 * dtype.itemsize)
     narrowest = lanes // 2 if vector_width == 512 else lanes
     takes = dtype.kind == "f" or vector_width == 512  # 64-bit integers need AVX-512DQ

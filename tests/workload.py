@@ -3,9 +3,10 @@
 The thread, fork, spawn and cache tests run these (in the test process and in children).
 float32/float64 2-D products go to numpy's BLAS and would test nothing of the package, so
 the products here are an integer one (``matmul_direct``), a float16 one (the same kernel
-widening halves in registers), a long batch of small float32 matrices (the vector micro-kernel
-``matmul_vector``, or ``matmul_small`` where the CPU's vector width leaves it there) and an
-int64 matrix-vector product (``matmul_rows_dot``); the powers take the general float32
+widening halves in registers), long batches of small float32 matrices (8x8x8 multiplied
+whole, ``matmul_whole``, and 16x16x16 on the vector micro-kernel ``matmul_vector``; the plain
+kernels where the CPU has no vector micro-kernel) and an int64 matrix-vector product
+(``matmul_rows_dot``); the powers take the general float32
 kernel, integer squaring and the integer base with float exponents.  Shapes stay small: in
 a child with a cold cache each kernel compiles once.
 """
@@ -29,11 +30,12 @@ import numba_onnx_ops as nox
 CASES = [
     ("matmul int32 (2,9,20)@(20,33)", "matmul", ("matmul_direct",)),
     ("matmul float16 (2,9,20)@(20,33)", "matmul", ("matmul_direct",)),
-    ("matmul float32 (1024,8,8)@(1024,8,8)", "matmul", ("matmul_vector", "matmul_small")),
+    ("matmul float32 (1024,8,8)@(1024,8,8)", "matmul", ("matmul_whole", "matmul_small")),
     ("matmul int64 (40,30)@(30,)", "matmul", ("matmul_rows_dot",)),
     ("pow float32 ^ 3.7", "pow", ("pow_general",)),
     ("pow int32 ^ 5", "pow", ("pow_ipow",)),
     ("pow int64 ^ float64", "pow", ("pow_general",)),
+    ("matmul float32 (1024,16,16)@(1024,16,16)", "matmul", ("matmul_vector", "matmul_direct")),
 ]
 
 
@@ -49,6 +51,11 @@ def operands(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
         (CASES[4][0], x32, np.array(3.7, F32)),
         (CASES[5][0], rng.integers(-90, 90, (6, 50), dtype=I32), np.array(5, I32)),
         (CASES[6][0], rng.integers(-40, 40, (4, 16), dtype=I64), rng.uniform(-3, 9, 16)),
+        (
+            CASES[7][0],
+            random_array(rng, (1024, 16, 16), F32),
+            random_array(rng, (1024, 16, 16), F32),
+        ),
     ]
 
 

@@ -33,7 +33,7 @@ from numba.extending import overload
 
 from ._jit import kernel
 from .convert import narrow, widen
-from .microkernel import tile_cols, tile_rows, vector_tile
+from .microkernel import tile_cols, tile_rows, vector_tile, whole_products
 from .schedule import set_chunksize
 from .stack import stack_buffer
 
@@ -385,6 +385,23 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
             if s == nstrips:
                 s = 0
                 bi += 1
+    set_chunksize(saved)
+
+
+@kernel(parallel=True)
+def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
+    """out[b] = A[b] @ B[b] for float32/float64 batches of tiny matrices whose shape is
+    compiled in (``whole_products``); the batch split into ``chunks`` tasks balanced as they
+    run.  A and B must have unit column stride, N be B's NV * W columns exactly.  (A's unit
+    stride as a constant lets every load of A take an immediate offset: with the stride a
+    variable, 4096 8x8x8 float32 products took 93 us on one core, with it 73 us, one run.)"""
+    nb = out.shape[0]
+    per = (nb + chunks - 1) // chunks
+    flat = out.reshape(out.size)
+    saved = set_chunksize(1)
+    for t in prange(chunks):
+        whole_products(a, a_off, a_rs, 1, b, b_off, b_rs, flat, t * per,
+                       min(nb, (t + 1) * per), shape)  # fmt: skip
     set_chunksize(saved)
 
 

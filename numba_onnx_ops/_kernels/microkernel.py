@@ -43,13 +43,19 @@ def tile_shape(mr: int, nv: int, lanes: int) -> tuple:
     return (0,) * mr + (0.0,) * nv + (False,) * lanes
 
 
-def _tile_dims(tile) -> tuple[int, int, int] | None:
-    if not isinstance(tile, types.BaseTuple):
+def _dims(shape, kinds) -> tuple[int, ...] | None:
+    """How many of each of ``kinds`` a flat tuple type holds; ``None`` unless it holds only
+    those, each at least once."""
+    if not isinstance(shape, types.BaseTuple):
         return None
-    dims = tuple(sum(t == d for t in tile.types) for d in _DIM_TYPES)
-    if sum(dims) != len(tile) or 0 in dims:
+    dims = tuple(sum(t == d for t in shape.types) for d in kinds)
+    if sum(dims) != len(shape) or 0 in dims:
         return None
     return dims
+
+
+def _tile_dims(tile) -> tuple[int, int, int] | None:
+    return _dims(tile, _DIM_TYPES)
 
 
 def tile_rows(tile):  # pragma: no cover - overloaded below
@@ -236,6 +242,114 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
                     ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
                     builder.store(finish(new[r * nv + v]), builder.bitcast(ptr, c_vec.as_pointer()),
                                   align=context.get_abi_alignment(c_vec.element))  # fmt: skip
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+# --- whole tiny matrices ----------------------------------------------------------------------
+# A tiny product's shape travels in the type of a flat tuple too: M Python ints, NV floats,
+# W bools and K Nones (int64, float64, boolean and none to numba).
+_WHOLE_TYPES = _DIM_TYPES + (types.none,)
+
+
+def whole_shape(m: int, k: int, nv: int, lanes: int) -> tuple:
+    """The shape argument of ``whole_products``: C of M rows and NV vectors of ``lanes``
+    columns, K terms."""
+    return (0,) * m + (0.0,) * nv + (False,) * lanes + (None,) * k
+
+
+def _whole_dims(shape) -> tuple[int, int, int, int] | None:
+    return _dims(shape, _WHOLE_TYPES)
+
+
+@intrinsic
+def whole_products(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, last, shape):
+    """``c[bi]`` = A[bi] @ B[bi] for batch entries ``first <= bi < last``: M x K times
+    K x (NV * W) matrices whose shape is in the type of ``shape`` (``whole_shape``).
+
+    A is ``a[a_off[bi] + i * a_rs + k * a_cs]`` (any strides), B ``b[b_off[bi] + k * b_rs + j]``
+    (unit-stride rows), C the C-contiguous ``c[bi * M * N + i * N + j]``.  The whole product is
+    straight-line code: per k, NV vector loads of a B row and M splats of A, M * NV fused
+    multiply-adds (in order of k, as ``vector_tile``), every sum in a register, each C row
+    stored once.  With nothing left per matrix but two offset loads, consecutive products
+    overlap in the core; for 8 x 8 x 8 float32, one core: 57 us per 4096 products against
+    104 us on ``vector_tile``'s blocks, whose per-block setup outweighed 64 FMAs.
+    """
+    dims = _whole_dims(shape)
+    if dims is None:
+        return None
+    if not all(isinstance(x, types.Array) and x.ndim == 1 for x in (a, b, c, a_off, b_off)):
+        return None
+    dtype = a.dtype
+    if dtype not in (types.float32, types.float64) or b.dtype != dtype or c.dtype != dtype:
+        return None
+    if not all(isinstance(x, types.Integer) for x in (a_rs, a_cs, b_rs, first, last)):
+        return None
+    m, nv, lanes, k = dims
+    sig = types.void(a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, last, shape)
+
+    def codegen(context, builder, signature, args):
+        i64 = ir.IntType(64)
+        argtys = signature.args
+
+        def data(i):
+            return context.make_array(argtys[i])(context, builder, args[i]).data
+
+        def as_i64(i):
+            return context.cast(builder, args[i], argtys[i], types.int64)
+
+        ap, aoff, bp, boff, cp = data(0), data(1), data(4), data(5), data(7)
+        a_rs_, a_cs_, b_rs_, first_, last_ = (as_i64(i) for i in (2, 3, 6, 8, 9))
+        vt = ir.VectorType(context.get_value_type(dtype), lanes)
+        align = dtype.bitwidth // 8
+        fma = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vt, [vt, vt, vt]), f"llvm.fma.v{lanes}f{dtype.bitwidth}"
+        )
+        undef = ir.Constant(vt, ir.Undefined)
+        splat_mask = ir.Constant(ir.VectorType(ir.IntType(32), lanes), None)
+        n = nv * lanes
+
+        def const(v):
+            return ir.Constant(i64, v)
+
+        entry = builder.block
+        loop = builder.append_basic_block("batch_loop")
+        done = builder.append_basic_block("batch_done")
+        builder.cbranch(builder.icmp_signed("<", first_, last_), loop, done)
+        builder.position_at_end(loop)
+        bi = builder.phi(i64)
+        bi.add_incoming(first_, entry)
+        abase = builder.gep(ap, [builder.load(builder.gep(aoff, [bi]))])
+        bbase = builder.gep(bp, [builder.load(builder.gep(boff, [bi]))])
+        cbase = builder.gep(cp, [builder.mul(bi, const(m * n))])
+        arows = [builder.gep(abase, [builder.mul(const(r), a_rs_)]) for r in range(m)]
+        acc = [[None] * nv for _ in range(m)]
+        for kk in range(k):
+            brow = builder.gep(bbase, [builder.mul(const(kk), b_rs_)])
+            bvecs = [
+                builder.load(
+                    builder.bitcast(builder.gep(brow, [const(v * lanes)]), vt.as_pointer()),
+                    align=align,
+                )  # fmt: skip
+                for v in range(nv)
+            ]
+            ak = builder.mul(const(kk), a_cs_)
+            for r in range(m):
+                x = builder.load(builder.gep(arows[r], [ak]), align=align)
+                xs = builder.shuffle_vector(builder.insert_element(undef, x, const(0)), undef,
+                                            splat_mask)  # fmt: skip
+                for v in range(nv):
+                    prev = acc[r][v] if kk else ir.Constant(vt, None)
+                    acc[r][v] = builder.call(fma, [xs, bvecs[v], prev])
+        for r in range(m):
+            for v in range(nv):
+                ptr = builder.gep(cbase, [const(r * n + v * lanes)])
+                builder.store(acc[r][v], builder.bitcast(ptr, vt.as_pointer()), align=align)
+        nxt = builder.add(bi, const(1))
+        bi.add_incoming(nxt, builder.block)
+        builder.cbranch(builder.icmp_signed("<", nxt, last_), loop, done)
+        builder.position_at_end(done)
         return context.get_dummy_value()
 
     return sig, codegen
