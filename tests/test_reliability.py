@@ -111,6 +111,51 @@ print(numba.threading_layer())
     assert _run_python(code, env={"NUMBA_THREADING_LAYER": layer}).strip() == layer
 
 
+_AFFINITY = sys.platform.startswith("linux") and hasattr(os, "sched_getaffinity")
+
+
+@pytest.fixture
+def own_affinity():
+    """The calling thread's CPU set, given back after the test."""
+    saved = os.sched_getaffinity(0)
+    yield saved
+    os.sched_setaffinity(0, saved)
+
+
+def _where_moved():
+    """(CPU before, CPU after) the calling thread asks to be moved off the CPU it is on."""
+    from numba import njit
+
+    from numba_onnx_ops._kernels.schedule import _move_off, current_cpu
+
+    @njit
+    def probe():
+        cpu = current_cpu()
+        _move_off(cpu)
+        return cpu, current_cpu()
+
+    return probe()
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="sched_getcpu and thread affinity are Linux calls")
+def test_a_thread_moved_off_a_cpu_keeps_its_cpu_set(own_affinity):
+    if len(own_affinity) < 2:
+        pytest.skip("this process may use one CPU only")
+    for _ in range(5):
+        before, after = _where_moved()
+        assert before in own_affinity and after in own_affinity
+        assert after != before
+        assert os.sched_getaffinity(0) == own_affinity  # moved, not pinned
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="sched_getcpu and thread affinity are Linux calls")
+def test_a_thread_allowed_one_cpu_stays(own_affinity):
+    only = min(own_affinity)
+    os.sched_setaffinity(0, {only})
+    assert _where_moved() == (only, only)
+    assert os.sched_getaffinity(0) == {only}
+
+
 def test_spawn_workers():
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:
