@@ -25,8 +25,9 @@ for one moment and then restoring the affinity it had.  Nothing is pinned: the t
 CPUs it was allowed, and a thread allowed one CPU only is left where it is.  The check is a
 ``sched_getcpu`` per task; the move, two ``sched_setaffinity`` calls, happens only when the two
 collide.  Measured on 2 Zen 4 vCPUs with 60 ms pauses between calls: a compute-only probe 11.6
--> 3.6 ms (medians of 30); in the peer comparison float32 x ** 3.7 13.8/12.9 -> 10.4/9.9 ms
-and the 1024^2 bfloat16 product 11.7/11.2 -> 8.2/7.6 ms (two runs each, alternated).
+-> 3.6 ms (medians of 30); in the peer comparison, alternated with the code before the move,
+float32 x ** 3.7 on 10M elements 12.7/13.3 -> 9.7/9.4 ms and the 1024^2 bfloat16 product
+11.1/12.2 -> 7.0/7.7 ms.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def _move_off(typingctx, cpu):
     """Have the scheduler move the calling thread off ``cpu``: allow every CPU of its set but
     that one, then give the thread its set back (it stays where it was moved).  A thread whose
     set is that CPU alone, or whose set cannot be read, is left alone.  Plain IR on two stack
-    masks: every parallel kernel compiles it in, so it must add no compile time."""
+    masks, because every parallel kernel compiles it in: written with numpy arrays, the same
+    steps added 0.3-0.5 s to a kernel's first call, this way 0.1-0.2 s."""
     if not isinstance(cpu, types.Integer):
         return None
 
