@@ -36,7 +36,7 @@ import sys
 
 import numba
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -66,73 +66,102 @@ def current_cpu(typingctx):
     """The CPU the calling thread runs on (``sched_getcpu``), or -1 where that is unknown."""
 
     def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        if not _LINUX:
-            return ir.Constant(i64, -1)
-        fnty = ir.FunctionType(ir.IntType(32), [])
-        fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_getcpu")
-        return builder.sext(builder.call(fn, []), i64)
+        return _emit_current_cpu(builder) if _LINUX else ir.Constant(ir.IntType(64), -1)
 
     return types.int64(), codegen
 
 
+def _emit_current_cpu(builder):
+    """IR: ``sched_getcpu()`` as an i64."""
+    fnty = ir.FunctionType(ir.IntType(32), [])
+    fn = cgutils.get_or_insert_function(builder.module, fnty, "sched_getcpu")
+    return builder.sext(builder.call(fn, []), ir.IntType(64))
+
+
+def _emit_move_off(context, builder, cpu):
+    """IR: move the calling thread off ``cpu`` (an i64): allow every CPU of its set but that
+    one, then give the thread its set back (it stays where it was moved).  A thread whose set
+    is that CPU alone, or whose set cannot be read, is left alone."""
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+    size_t = context.get_value_type(types.uintp)
+    bytes_p = ir.IntType(8).as_pointer()
+    fnty = ir.FunctionType(i32, [i32, size_t, bytes_p])
+    get = cgutils.get_or_insert_function(builder.module, fnty, "sched_getaffinity")
+    put = cgutils.get_or_insert_function(builder.module, fnty, "sched_setaffinity")
+    mask_t = ir.ArrayType(i64, _MASK_WORDS)
+    mine = cgutils.alloca_once(builder, mask_t)
+    others = cgutils.alloca_once(builder, mask_t)
+    nbytes = ir.Constant(size_t, _MASK_WORDS * 8)
+    zero = ir.Constant(i32, 0)
+
+    def call(fn, mask):
+        return builder.call(fn, [zero, nbytes, builder.bitcast(mask, bytes_p)])
+
+    in_range = builder.icmp_unsigned("<", cpu, ir.Constant(i64, 64 * _MASK_WORDS))
+    with builder.if_then(in_range):
+        with builder.if_then(builder.icmp_signed("==", call(get, mine), zero)):
+            word = builder.lshr(cpu, ir.Constant(i64, 6))
+            bit = builder.shl(ir.Constant(i64, 1), builder.and_(cpu, ir.Constant(i64, 63)))
+            rest = ir.Constant(i64, 0)  # the CPUs left once ``cpu`` is taken out
+            for w in range(_MASK_WORDS):
+                idx = [ir.Constant(i32, 0), ir.Constant(i32, w)]
+                v = builder.load(builder.gep(mine, idx))
+                is_word = builder.icmp_unsigned("==", word, ir.Constant(i64, w))
+                v = builder.select(is_word, builder.and_(v, builder.not_(bit)), v)
+                builder.store(v, builder.gep(others, idx))
+                rest = builder.or_(rest, v)
+            with builder.if_then(builder.icmp_unsigned("!=", rest, ir.Constant(i64, 0))):
+                with builder.if_then(builder.icmp_signed("==", call(put, others), zero)):
+                    call(put, mine)
+
+
 @intrinsic
 def _move_off(typingctx, cpu):
-    """Have the scheduler move the calling thread off ``cpu``: allow every CPU of its set but
-    that one, then give the thread its set back (it stays where it was moved).  A thread whose
-    set is that CPU alone, or whose set cannot be read, is left alone.  Plain IR on two stack
-    masks, because every parallel kernel compiles it in: written with numpy arrays, the same
-    steps added 0.3-0.5 s to a kernel's first call, this way 0.1-0.2 s."""
+    """Move the calling thread off ``cpu`` (see ``_emit_move_off``)."""
     if not isinstance(cpu, types.Integer):
         return None
 
     def codegen(context, builder, signature, args):
-        if not _LINUX:
-            return context.get_dummy_value()
-        i32, i64 = ir.IntType(32), ir.IntType(64)
-        size_t = context.get_value_type(types.uintp)
-        bytes_p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(i32, [i32, size_t, bytes_p])
-        get = cgutils.get_or_insert_function(builder.module, fnty, "sched_getaffinity")
-        put = cgutils.get_or_insert_function(builder.module, fnty, "sched_setaffinity")
-        mask_t = ir.ArrayType(i64, _MASK_WORDS)
-        mine = cgutils.alloca_once(builder, mask_t)
-        others = cgutils.alloca_once(builder, mask_t)
-        nbytes = ir.Constant(size_t, _MASK_WORDS * 8)
-        zero = ir.Constant(i32, 0)
-
-        def call(fn, mask):
-            return builder.call(fn, [zero, nbytes, builder.bitcast(mask, bytes_p)])
-
-        c = context.cast(builder, args[0], signature.args[0], types.int64)
-        in_range = builder.icmp_unsigned("<", c, ir.Constant(i64, 64 * _MASK_WORDS))
-        with builder.if_then(in_range):
-            with builder.if_then(builder.icmp_signed("==", call(get, mine), zero)):
-                word = builder.lshr(c, ir.Constant(i64, 6))
-                bit = builder.shl(ir.Constant(i64, 1), builder.and_(c, ir.Constant(i64, 63)))
-                rest = ir.Constant(i64, 0)  # the CPUs left once ``cpu`` is taken out
-                for w in range(_MASK_WORDS):
-                    idx = [ir.Constant(i32, 0), ir.Constant(i32, w)]
-                    v = builder.load(builder.gep(mine, idx))
-                    is_word = builder.icmp_unsigned("==", word, ir.Constant(i64, w))
-                    v = builder.select(is_word, builder.and_(v, builder.not_(bit)), v)
-                    builder.store(v, builder.gep(others, idx))
-                    rest = builder.or_(rest, v)
-                with builder.if_then(builder.icmp_unsigned("!=", rest, ir.Constant(i64, 0))):
-                    with builder.if_then(builder.icmp_signed("==", call(put, others), zero)):
-                        call(put, mine)
+        if _LINUX:
+            c = context.cast(builder, args[0], signature.args[0], types.int64)
+            _emit_move_off(context, builder, c)
         return context.get_dummy_value()
 
     return types.void(cpu), codegen
 
 
-@njit
-def spread(caller_cpu):
+@intrinsic
+def spread(typingctx, caller_cpu):
     """Called first in every parallel task with the CPU the kernel's caller ran on before the
     loop: a pool thread that finds itself on that CPU moves to another one.  Under TBB and
     OpenMP the caller runs its share of the tasks as thread 0, which stays; under workqueue
-    the caller only waits and every task runs on a pool thread."""
-    if caller_cpu < 0 or numba.get_thread_id() == 0:
-        return
-    if current_cpu() == caller_cpu:
-        _move_off(caller_cpu)
+    the caller only waits and every task runs on a pool thread.
+
+    All of it is IR emitted in place, with the thread id from the C function numba's own
+    ``get_thread_id`` calls: as an ``@njit`` function, this took 0.15-0.2 s to compile in every
+    process's first kernel call; written with numpy arrays, 0.3-0.5 s more."""
+    if not isinstance(caller_cpu, types.Integer):
+        return None
+    # The threading layer registers ``get_thread_id`` with LLVM when it starts; a kernel's
+    # first compile may come before that (numba's own thread-id intrinsic starts it the same
+    # way, through the private ``_launch_threads``).
+    numba.get_num_threads()
+
+    def codegen(context, builder, signature, args):
+        if not _LINUX:
+            return context.get_dummy_value()
+        i64 = ir.IntType(64)
+        caller = context.cast(builder, args[0], signature.args[0], types.int64)
+        tid_fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(cgutils.intp_t, []), "get_thread_id"
+        )
+        with builder.if_then(builder.icmp_signed(">=", caller, ir.Constant(i64, 0))):
+            pool = builder.icmp_signed(
+                "!=", builder.call(tid_fn, []), ir.Constant(cgutils.intp_t, 0)
+            )
+            with builder.if_then(pool):
+                with builder.if_then(builder.icmp_signed("==", _emit_current_cpu(builder), caller)):
+                    _emit_move_off(context, builder, caller)
+        return context.get_dummy_value()
+
+    return types.void(caller_cpu), codegen
