@@ -711,6 +711,30 @@ def test_fast_path_keeps_every_check(paths, rng):
     np.testing.assert_array_equal(got, noo.matmul(a, b))
 
 
+@pytest.mark.skipif(not own.vector_bits(), reason="no AVX2+FMA: batches stay on BLAS")
+def test_small_batches_go_to_blas_before_the_general_checks(paths, rng, monkeypatch):
+    """Two float32 batches of the same length that BLAS wins skip the general path's checks;
+    a batch the own kernels win, a broadcast batch and a mismatch still take them."""
+    checked = []
+    real_check = front._check
+
+    def check_spy(*args):
+        checked.append(args[0].shape)
+        return real_check(*args)
+
+    monkeypatch.setattr(front, "_check", check_spy)
+    a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 16), F32)
+    np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
+    assert (paths, checked) == (["blas"], [])
+    check(operand(rng, (4096, 8, 8), F32), operand(rng, (4096, 8, 8), F32))
+    check(operand(rng, (2, 16, 16), F32), operand(rng, (1, 16, 16), F32))
+    assert checked == [(4096, 8, 8), (2, 16, 16)]
+    with pytest.raises(ValueError, match="batch dimensions"):
+        noo.matmul(a, operand(rng, (3, 16, 16), F32))
+    with pytest.raises(ValueError, match="inner dimensions"):
+        noo.matmul(a, operand(rng, (2, 8, 16), F32))
+
+
 # ------------------------------------------------------------------------------------------
 # compilation
 # ------------------------------------------------------------------------------------------
