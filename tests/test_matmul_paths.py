@@ -711,10 +711,10 @@ def test_fast_path_keeps_every_check(paths, rng):
     np.testing.assert_array_equal(got, noo.matmul(a, b))
 
 
-@pytest.mark.skipif(not own.vector_bits(), reason="no AVX2+FMA: batches stay on BLAS")
-def test_small_batches_go_to_blas_before_the_general_checks(paths, rng, monkeypatch):
-    """Two float32 batches of the same length that BLAS wins skip the general path's checks;
-    a batch the own kernels win, a broadcast batch and a mismatch still take them."""
+def test_same_length_float_batches_skip_the_general_checks(paths, rng, monkeypatch):
+    """Two float32/float64 batches of the same length (K > 0) take the general path's float
+    dispatch without its checks: BLAS for small batches, the own kernels for long ones.  A
+    broadcast batch, K = 0, a mismatch or an explicit opset still go through the checks."""
     checked = []
     real_check = front._check
 
@@ -725,10 +725,18 @@ def test_small_batches_go_to_blas_before_the_general_checks(paths, rng, monkeypa
     monkeypatch.setattr(front, "_check", check_spy)
     a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 16), F32)
     np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
-    assert (paths, checked) == (["blas"], [])
-    check(operand(rng, (4096, 8, 8), F32), operand(rng, (4096, 8, 8), F32))
+    long_batch = operand(rng, (4096, 8, 8), F64), operand(rng, (4096, 8, 8), F64)
+    check(*long_batch)
+    empty = noo.matmul(operand(rng, (0, 5, 3), F32), operand(rng, (0, 3, 4), F32))
+    assert empty.shape == (0, 5, 4) and empty.dtype == F32
+    assert checked == []
+    assert paths[0] == "blas" and paths[1] != "blas"  # the long batch: an own kernel
+    assert len(paths) == 2  # nothing ran for the empty batch
     check(operand(rng, (2, 16, 16), F32), operand(rng, (1, 16, 16), F32))
-    assert checked == [(4096, 8, 8), (2, 16, 16)]
+    zeros = noo.matmul(operand(rng, (2, 5, 0), F32), operand(rng, (2, 0, 4), F32))
+    np.testing.assert_array_equal(zeros, np.zeros((2, 5, 4), F32))
+    check(*long_batch, opset=13)
+    assert checked == [(2, 16, 16), (2, 5, 0), (4096, 8, 8)]
     with pytest.raises(ValueError, match="batch dimensions"):
         noo.matmul(a, operand(rng, (3, 16, 16), F32))
     with pytest.raises(ValueError, match="inner dimensions"):
