@@ -23,11 +23,12 @@ So every parallel task starts with ``spread(caller_cpu)``: a pool thread that fi
 its caller's CPU asks the kernel to move it elsewhere, by taking that CPU out of its affinity
 for one moment and then restoring the affinity it had.  Nothing is pinned: the thread keeps the
 CPUs it was allowed, and a thread allowed one CPU only is left where it is.  The check is a
-``sched_getcpu`` per task; the move, two ``sched_setaffinity`` calls, happens only when the two
-collide.  Measured on 2 Zen 4 vCPUs with 60 ms pauses between calls: a compute-only probe 11.6
--> 3.6 ms (medians of 30); in the peer comparison, alternated with the code before the move,
-float32 x ** 3.7 on 10M elements 12.7/13.3 -> 9.7/9.4 ms and the 1024^2 bfloat16 product
-11.1/12.2 -> 7.0/7.7 ms.
+read of numba's thread id per task and a ``sched_getcpu`` on pool threads; the move (one
+``sched_getaffinity`` and two ``sched_setaffinity`` calls) happens only when the two collide.
+Measured on 2 Zen 4 vCPUs with 60 ms pauses between calls: a compute-only probe 11.6 -> 3.6 ms
+(medians of 30); in the peer comparison, alternated with the code before the move, float32
+x ** 3.7 on 10M elements 12.7/13.3 -> 9.7/9.4 ms and the 1024^2 bfloat16 product 11.1/12.2 ->
+7.0/7.7 ms.
 """
 
 from __future__ import annotations
