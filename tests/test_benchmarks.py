@@ -255,6 +255,19 @@ def test_timing_interleaves_and_rotates_the_order():
     assert all(len(s) == 3 for s in samples.values())
 
 
+def test_calls_per_sample_come_from_the_steady_rate_not_a_cold_first_call():
+    durations = iter([0.05, 0.002, 0.003, 1.0])
+
+    def func():
+        time.sleep(next(durations))
+
+    assert 0.002 <= _bench.steady_call_time(func) < 0.003 + 0.01
+    assert next(durations) == 1.0  # three calls, no more
+    slow = iter([0.2, 0.2, 0.2])
+    assert _bench.steady_call_time(lambda: time.sleep(next(slow)), limit_s=0.3) >= 0.2
+    assert next(slow) == 0.2  # stopped once the calls had taken the limit
+
+
 def test_measured_sizes_pause_at_least_50_ms_before_each_sample():
     # onnxruntime's pool threads spin 10-50 ms after a run and take the cores from whoever runs
     # next: every sample of a measured size starts at least 50 ms after the previous one ended.

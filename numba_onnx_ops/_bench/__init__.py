@@ -33,7 +33,7 @@ from .report import (
     write_json,
 )
 from .runner import Row, run_case, run_comparison
-from .timing import SIZES, TIMINGS, Timing, time_interleaved, wait_until_idle
+from .timing import SIZES, TIMINGS, Timing, steady_call_time, time_interleaved, wait_until_idle
 
 __all__ = [
     "CASES",
@@ -64,6 +64,7 @@ __all__ = [
     "run_comparison",
     "select_cases",
     "stderr_progress",
+    "steady_call_time",
     "time_interleaved",
     "wait_until_idle",
     "write_csv",

@@ -12,7 +12,7 @@ from .cases import Case, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
 from .report import fmt_first_calls, fmt_ratio, fmt_time
-from .timing import TIMINGS, time_interleaved
+from .timing import TIMINGS, steady_call_time, time_interleaved
 
 
 @dataclass
@@ -100,12 +100,8 @@ def run_case(
             say(f"  {name}: {status}")
     if not funcs:
         return row
-    # One more call each: a steadier estimate than the first (which for us includes compiling).
-    estimates = {}
-    for name, func in funcs.items():
-        t0 = time.perf_counter()
-        func()
-        estimates[name] = time.perf_counter() - t0
+    # Not the first call, which for us includes compiling.
+    estimates = {name: steady_call_time(func) for name, func in funcs.items()}
     samples = time_interleaved(funcs, estimates, TIMINGS[size])
     row.times = {name: statistics.median(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))
