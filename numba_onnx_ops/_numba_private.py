@@ -20,9 +20,10 @@ package was tried with); the attributes below exist and behave as described in b
   layer and which its own parfor code calls by that name.  A kernel calls it the same way, since
   the public function, called from a kernel, goes through a ctypes pointer that numba's on-disk
   cache refuses.
-- The C symbol ``get_thread_id`` (``_kernels/schedule.py``): the function numba's own
-  ``numba.get_thread_id()`` compiles to, registered by the same start of the threading layer
-  (which ``spread`` forces at compile time through the public ``numba.get_num_threads()``).
+- The C symbols ``get_thread_id`` and ``get_num_threads`` (``_kernels/schedule.py``): the
+  functions numba's own ``numba.get_thread_id()`` and internal ``_iget_num_threads`` compile to,
+  registered by the same start of the threading layer (which ``spread`` forces at compile time
+  through the public ``numba.get_num_threads()``).
 
 The threading layer is read through the public ``numba.threading_layer()`` (see ``_parallel``).
 """

@@ -156,6 +156,71 @@ def test_a_thread_allowed_one_cpu_stays(own_affinity):
     assert os.sched_getaffinity(0) == {only}
 
 
+def _flags_after_spread(cpu, flags):
+    """The flags of a call state ``[cpu, flags]`` after the calling thread (numba's thread 0,
+    the role of a kernel's caller) starts a task with it."""
+    from numba import njit
+
+    from numba_onnx_ops._kernels.schedule import spread
+
+    @njit
+    def task(state):
+        spread(state)
+        return state[1]
+
+    return task(np.array([cpu, flags], np.int64))
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="sched_getcpu and thread affinity are Linux calls")
+def test_the_caller_checks_for_its_pool_once_per_call():
+    from numba import njit
+
+    from numba_onnx_ops._kernels.schedule import (
+        _CALLER_YIELDED,
+        _POOL_STARTED,
+        call_state,
+        current_cpu,
+    )
+
+    cpu = njit(lambda: current_cpu())()
+    state = njit(lambda: call_state())()
+    assert state[1] == 0 and state[0] in os.sched_getaffinity(0)
+    # no pool thread has started: the caller yields its CPU once and says so
+    assert _flags_after_spread(cpu, 0) == _CALLER_YIELDED
+    assert _flags_after_spread(cpu, _CALLER_YIELDED) == _CALLER_YIELDED
+    # a pool thread has started: nothing to wait for
+    assert _flags_after_spread(cpu, _POOL_STARTED) == _POOL_STARTED
+    # an unknown CPU (no sched_getcpu) turns the whole check off
+    assert _flags_after_spread(-1, 0) == 0
+
+
+@pytest.mark.skipif(not _AFFINITY, reason="sched_getcpu and thread affinity are Linux calls")
+def test_pool_threads_say_they_started():
+    import numba
+    from numba import njit, prange
+
+    from numba_onnx_ops._kernels.schedule import _POOL_STARTED, call_state, spread
+
+    if numba.get_num_threads() < 2:
+        pytest.skip("numba runs one thread here")
+
+    @njit(parallel=True)
+    def kernel(seen):
+        state = call_state()
+        for i in prange(seen.size):
+            spread(state)
+            seen[i] = numba.get_thread_id()
+        return state[1]
+
+    seen = np.zeros(4096, np.int64)
+    for _ in range(20):
+        flags = kernel(seen)
+        assert bool(flags & _POOL_STARTED) == bool(seen.any())
+        if seen.any():
+            break
+    assert seen.any(), "no pool thread took a task in 20 calls"
+
+
 def test_spawn_workers():
     ctx = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(2, mp_context=ctx) as pool:

@@ -34,7 +34,7 @@ from numba.extending import overload
 from ._jit import kernel
 from .convert import narrow, widen
 from .microkernel import tile_cols, tile_rows, vector_tile, whole_products
-from .schedule import current_cpu, set_chunksize, spread
+from .schedule import call_state, set_chunksize, spread
 from .stack import stack_buffer
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
@@ -179,7 +179,7 @@ def matmul_packed(
     ntiles = (N + nt - 1) // nt
     per_batch = mtiles * ntiles
     kcp = _round_up(min(kc, K), KPAD)
-    caller = current_cpu()
+    caller = call_state()
     for task in prange(nbatch * per_batch):
         spread(caller)
         bi = task // per_batch
@@ -254,7 +254,7 @@ def matmul_direct(
     nstrips = (N + SW - 1) // SW
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
-    caller = current_cpu()
+    caller = call_state()
     for t in prange(chunks):
         spread(caller)
         bs = np.empty(K * SW, acc_proto.dtype)  # 1-D: SLP needs provably consecutive loads
@@ -301,7 +301,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
     SV = _lanes(acc_proto, 1)
     mfull = M - M % RB
     flat = out.reshape(out.size)  # stored through _at's unsigned index, as A and B are read
-    caller = current_cpu()
+    caller = call_state()
     for bi in prange(out.shape[0]):
         spread(caller)
         ao = a_off[bi]
@@ -372,7 +372,7 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
     saved = set_chunksize(1)  # tasks balanced as they run (see schedule.py)
-    caller = current_cpu()
+    caller = call_state()
     for t in prange(chunks):
         spread(caller)
         # (batch entry, strip) advance as counters: no division per item
@@ -407,7 +407,7 @@ def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
     per = (nb + chunks - 1) // chunks
     flat = out.reshape(out.size)
     saved = set_chunksize(1)
-    caller = current_cpu()
+    caller = call_state()
     for t in prange(chunks):
         spread(caller)
         whole_products(a, a_off, a_rs, 1, b, b_off, b_rs, flat, t * per,
@@ -424,7 +424,7 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
     """
     nbatch = out.shape[0]
     mtasks = (M + rows - 1) // rows
-    caller = current_cpu()
+    caller = call_state()
     for t in prange(nbatch * mtasks):
         spread(caller)
         bi = t // mtasks
@@ -448,7 +448,7 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
     """
     nbatch = out.shape[0]
     ntasks = (N + cols - 1) // cols
-    caller = current_cpu()
+    caller = call_state()
     for t in prange(nbatch * ntasks):
         spread(caller)
         bi = t // ntasks
@@ -477,7 +477,7 @@ def widen_panels(a, a_org, a_rs, a_cs, af, b, b_org, b_rs, b_cs, bf, kind):
     shift for bfloat16).
     """
     ma = af.shape[0]
-    caller = current_cpu()
+    caller = call_state()
     for i in prange(ma + bf.shape[0]):
         spread(caller)
         if i < ma:
@@ -503,7 +503,7 @@ def narrow_panel(src, kind, dst, origin, rs):
     """dst[origin + i * rs + j] = half bits of ``src[i, j]``, rounded to nearest even: the one
     rounding of a float32 sum (``dst`` is the C-contiguous result's flat buffer)."""
     m, n = src.shape
-    caller = current_cpu()
+    caller = call_state()
     for i in prange(m):
         spread(caller)
         base = origin + i * rs
@@ -553,7 +553,7 @@ def pack_bf16_pairs(a, a_org, a_rs, a_cs, ap, b, b_org, b_rs, b_cs, bp, K, emin)
     """
     m, kp = ap.shape
     n = bp.shape[1]
-    caller = current_cpu()
+    caller = call_state()
     for r in prange(m + kp):
         spread(caller)
         if r < m:

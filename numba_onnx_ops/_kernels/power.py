@@ -44,7 +44,7 @@ from .powmath import (
     sqrt_any,
     sqrt_narrow,
 )
-from .schedule import current_cpu, spread
+from .schedule import call_state, spread
 from .stack import stack_buffer
 
 _U8 = types.uint8
@@ -395,7 +395,7 @@ def _drive(op, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin,
     keeps numba's parfor passes, a large part of the compile time, cheap.
     """
     nchunks = _chunks_per_row(shape)
-    caller = current_cpu()
+    caller = call_state()
     for task in prange(out.size // shape[shape.size - 1] * nchunks):
         spread(caller)
         # int64: the gufunc's loop index is unsigned, and a second signature is a second compile
@@ -705,7 +705,7 @@ def pow_fixup(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, 
     """After ``pow_general`` on float32/float64 bases: the signs and libm elements of the tasks
     it flagged (nonzero ``flags``); compiled on first need."""
     nchunks = _chunks_per_row(shape)
-    caller = current_cpu()
+    caller = call_state()
     for task in prange(flags.size):
         spread(caller)
         t = types.int64(task)
