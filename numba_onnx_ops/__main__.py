@@ -108,8 +108,13 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         )
     start = time.perf_counter()
     rows = _bench.run_comparison(cases, args.size, progress=say)
+    if args.size != "tiny":  # tiny times mean nothing, nor would the limits
+        say("measuring the machine's limits")
+        env["limits"] = _bench.measure_limits()
     print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
     print(_bench.environment_line(env))
+    if "limits" in env:
+        print(_bench.limits_line(env["limits"]))
     print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
     print(_bench.format_table(rows, targets=args.targets))

@@ -268,6 +268,43 @@ def test_calls_per_sample_come_from_the_steady_rate_not_a_cold_first_call():
     assert next(slow) == 0.2  # stopped once the calls had taken the limit
 
 
+def test_the_fma_peak_kernel_computes_every_chain():
+    from fractions import Fraction
+
+    from numba_onnx_ops._bench import limits
+
+    if not limits.vector_bits():
+        pytest.skip("no AVX2 and FMA here")
+    lanes = limits.vector_bits() // 32
+    one, _ = limits._peak_kernels(lanes)
+    steps = 7
+    scale, shift = (Fraction(float(np.float32(v))) for v in (0.999999, 1e-6))
+
+    def to_float32(v: Fraction) -> Fraction:  # round half to even, once (v is normal, > 0)
+        quantum = Fraction(2) ** (math.floor(math.log2(v)) - 23)
+        return round(v / quantum) * quantum
+
+    total = 0.0
+    for chain in range(limits._CHAINS):
+        x = Fraction(2 + chain)
+        for _ in range(steps):  # a fused multiply-add: one rounding of the exact value
+            x = to_float32(x * scale + shift)
+        total += lanes * float(x)
+    assert one(steps) == pytest.approx(total, rel=1e-12)
+
+
+def test_machine_limits_line():
+    from numba_onnx_ops._bench import limits
+
+    peak = limits.fma_peak(seconds=0.001, runs=1)
+    copy = limits.copy_rate(elements=1 << 16, runs=1)
+    line = limits.limits_line({"fma_peak": peak, "copy": copy})
+    assert "copy of 0 MB" in line and copy["gbps"] > 0
+    if peak is not None:
+        assert peak["gflops_one_thread"] > 0 and peak["gflops_all_threads"] > 0
+        assert "float32 FMA peak" in line
+
+
 def test_measured_sizes_pause_at_least_50_ms_before_each_sample():
     # onnxruntime's pool threads spin 10-50 ms after a run and take the cores from whoever runs
     # next: every sample of a measured size starts at least 50 ms after the previous one ended.

@@ -12,7 +12,9 @@
    previous contender's worker threads stop spinning; the order rotates from round to round, and
    the median sample per contender is kept,
 4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
-   library is faster.  ``--targets`` adds the speed-up each case aims for.
+   library is faster.  ``--targets`` adds the speed-up each case aims for.  Below the table,
+   the machine's limits measured after the cases (:mod:`.limits`): the float32 FMA peak and
+   the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be read.
 
 :mod:`.runner` ties the steps together.  matplotlib is needed only for ``--plot``.
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 from .cases import CASES, DEMO_CASES, TINY_DIM, Case, make_inputs, select_cases
 from .checking import POW_ULPS, check
 from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
+from .limits import limits_line
+from .limits import measure as measure_limits
 from .plot import check_plot_available, plot
 from .report import (
     environment,
@@ -57,7 +61,9 @@ __all__ = [
     "environment",
     "environment_line",
     "format_table",
+    "limits_line",
     "make_inputs",
+    "measure_limits",
     "plot",
     "row_record",
     "run_case",

@@ -21,6 +21,20 @@ if TYPE_CHECKING:
     from .runner import Row
 
 
+# The CPU's vector features that decide which kernels run, and which peers' (LLVM's names).
+_VECTOR_FLAGS = (
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512bf16",
+    "avx512vnni",
+)
+
+
 def environment() -> dict[str, Any]:
     """Versions, threads and processor: what a reader of the numbers needs to know."""
     import numba
@@ -37,6 +51,9 @@ def environment() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    from .._matmul_own import _cpu_features
+
+    flags = [f for f in _VECTOR_FLAGS if f in _cpu_features()]
     return {
         "numba_onnx_ops": __version__,
         "numpy": np.__version__,
@@ -46,6 +63,7 @@ def environment() -> dict[str, Any]:
         "python": platform.python_version(),
         "threads": numba.get_num_threads(),
         "cpu": cpu,
+        "cpu_flags": flags,
         "cores": os.cpu_count(),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
@@ -56,7 +74,8 @@ def environment_line(env: dict[str, Any]) -> str:
     ort = env["onnxruntime"] or "not installed"
     return (
         f"numba_onnx_ops {env['numba_onnx_ops']}, numpy {env['numpy']}, numba {env['numba']}, "
-        f"onnxruntime {ort}; {env['threads']} threads on {env['cores']} cores ({env['cpu']})"
+        f"onnxruntime {ort}; {env['threads']} threads on {env['cores']} cores ({env['cpu']}"
+        f"{'; ' + ' '.join(env['cpu_flags']) if env.get('cpu_flags') else ''})"
     )
 
 

@@ -1,0 +1,168 @@
+"""The machine's limits, measured in the same run as the comparison they are read against.
+
+- The float32 multiply-add peak of the threads numba uses: independent chains of vector fused
+  multiply-adds (``llvm.fma`` on 16 lanes with AVX-512, 8 with AVX2), as many as keep both FMA
+  pipes busy, on registers only.  No MatMul can run faster than this.
+- A copy: ``numpy.copyto`` of a 10M-element float32 array (the size of the Pow cases) into a warm
+  destination, in bytes moved (read plus written) per second: what any memory-bound elementwise
+  kernel is bounded by.
+
+Both are medians of a few runs; like every figure of the comparison, they move with what else
+the machine runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from .._matmul_own import vector_bits
+
+_CHAINS = 12  # accumulators: FMA latency (4 cycles) x 2 pipes, with room to spare
+_COPY_ELEMENTS = 10_000_000
+
+
+def _fma_chains(lanes: int):
+    """An intrinsic ``f(n) -> float64``: ``n`` steps of ``_CHAINS`` independent fused
+    multiply-adds on ``lanes`` float32 lanes each; returns their sum (so none is dead code)."""
+
+    @intrinsic
+    def chains(typingctx, n):
+        if not isinstance(n, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            f32 = ir.FloatType()
+            vt = ir.VectorType(f32, lanes)
+            i64 = ir.IntType(64)
+            fma = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(vt, [vt] * 3), f"llvm.fma.v{lanes}f32"
+            )
+            count = context.cast(builder, args[0], signature.args[0], types.int64)
+            scale = ir.Constant(vt, [0.999999] * lanes)  # the sums stay near 1: no inf, no denormal
+            shift = ir.Constant(vt, [1e-6] * lanes)
+            entry = builder.block
+            loop = builder.append_basic_block("fma_loop")
+            done = builder.append_basic_block("fma_done")
+            builder.branch(loop)
+            builder.position_at_end(loop)
+            i = builder.phi(i64)
+            i.add_incoming(ir.Constant(i64, 0), entry)
+            accs = []
+            for c in range(_CHAINS):
+                acc = builder.phi(vt)
+                # 2 + c: no start is a fixed point of the step, which LLVM would fold away
+                acc.add_incoming(ir.Constant(vt, [2.0 + c] * lanes), entry)
+                accs.append(acc)
+            nexts = [builder.call(fma, [acc, scale, shift]) for acc in accs]
+            for acc, nxt in zip(accs, nexts):
+                acc.add_incoming(nxt, loop)
+            i_next = builder.add(i, ir.Constant(i64, 1))
+            i.add_incoming(i_next, loop)
+            builder.cbranch(builder.icmp_signed("<", i_next, count), loop, done)
+            builder.position_at_end(done)
+            total = ir.Constant(ir.DoubleType(), 0.0)
+            for acc in nexts:
+                for lane in range(lanes):
+                    x = builder.extract_element(acc, ir.Constant(ir.IntType(32), lane))
+                    total = builder.fadd(total, builder.fpext(x, ir.DoubleType()))
+            return total
+
+        return types.float64(n), codegen
+
+    return chains
+
+
+_kernels: dict[int, tuple] = {}
+
+
+def _peak_kernels(lanes: int):
+    """(one thread, every thread) kernels for ``lanes``, compiled on first use."""
+    if lanes not in _kernels:
+        chains = _fma_chains(lanes)
+
+        @numba.njit
+        def one(n):
+            return chains(n)
+
+        @numba.njit(parallel=True)
+        def every(n, out):
+            for t in prange(out.size):
+                out[t] = chains(n)
+
+        _kernels[lanes] = (one, every)
+    return _kernels[lanes]
+
+
+def fma_peak(seconds: float = 0.05, runs: int = 5) -> dict[str, float] | None:
+    """float32 GFLOP/s of fused multiply-adds on one thread and on numba's threads (runs of
+    about ``seconds`` each), or ``None`` without AVX2 and FMA."""
+    bits = vector_bits()
+    if not bits:
+        return None
+    lanes = bits // 32
+    one, every = _peak_kernels(lanes)
+    flops_per_step = _CHAINS * lanes * 2
+    one(1000)
+    t0 = time.perf_counter()
+    one(100_000)
+    steps = max(1000, int(seconds / max(time.perf_counter() - t0, 1e-9) * 100_000))
+    threads = numba.get_num_threads()
+    out = np.zeros(threads)
+    every(1000, out)
+
+    def rate(call, nthreads):
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t)
+        return nthreads * steps * flops_per_step / statistics.median(times) / 1e9
+
+    return {
+        "threads": threads,
+        "gflops_one_thread": rate(lambda: one(steps), 1),
+        "gflops_all_threads": rate(lambda: every(steps, out), threads),
+    }
+
+
+def copy_rate(elements: int = _COPY_ELEMENTS, runs: int = 7) -> dict[str, float]:
+    """GB/s moved (read plus written) by ``numpy.copyto`` of ``elements`` float32 values."""
+    src = np.ones(elements, np.float32)
+    dst = np.zeros_like(src)
+    np.copyto(dst, src)
+    times = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    median = statistics.median(times)
+    return {"bytes": src.nbytes, "seconds": median, "gbps": 2 * src.nbytes / median / 1e9}
+
+
+def measure() -> dict[str, object]:
+    """Both limits, for the report."""
+    return {"fma_peak": fma_peak(), "copy": copy_rate()}
+
+
+def limits_line(limits: dict[str, object]) -> str:
+    peak = limits.get("fma_peak")
+    copy = limits["copy"]
+    parts = []
+    if peak:
+        parts.append(
+            f"float32 FMA peak {peak['gflops_all_threads']:.0f} GFLOP/s on {peak['threads']} "
+            f"threads ({peak['gflops_one_thread']:.0f} on one)"
+        )
+    parts.append(
+        f"copy of {copy['bytes'] / 1e6:.0f} MB {copy['seconds'] * 1e3:.2f} ms "
+        f"({copy['gbps']:.0f} GB/s read + written)"
+    )
+    return "machine limits in this run: " + "; ".join(parts)
