@@ -66,8 +66,10 @@ class MatMulSquare:
 # 32 x 32^3 0.74, 8 x 64^3 0.82, 2 x 128^3 0.83; (8,1,256,256)@(1,8,256,256) own 87 GFLOP/s,
 # OpenBLAS 96 (so 256^3 products stay on BLAS there); 4096 x 8^3 3.2, 2048 x 16^3 1.9.
 # AVX-512 again (2026-12, one thread each, thread CPU time): 64 x 128x64x128 1.17, 32 x 128^3
-# 1.16, 4 x 256^3 1.09, 64 x 64^3 0.97; on AVX-512 such batches still stay on OpenBLAS, for the
-# slow start of the second core after a pause (see ``_matmul_dispatch``).
+# 1.16, 4 x 256^3 1.09, 64 x 64^3 0.97.  Once the kernels' caller yielded to a pool thread
+# queued behind it, the second core no longer started late after a pause, and on two threads
+# in the peer comparison's pattern such batches up to 256^3 went to the micro-kernel (figures
+# in ``_matmul_dispatch``).
 
 #: Batched products: many tiny matrices (a path without per-matrix overhead), mid-size batches,
 #: and batch dimensions that broadcast against each other.

@@ -30,17 +30,15 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # (past which OpenBLAS, packing and running each product on every thread, is as fast or
 # faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
 # its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
-# sooner there, and gain on large ones.  On AVX-512 (Zen 4, one thread each, thread CPU time)
-# the micro-kernel beats OpenBLAS per core on 128^3-sized products (numpy's time / the own
-# call's: 64 x 128x64x128 1.17, 32 x 128^3 1.16, 4 x 256^3 1.09), and on two warm threads
-# 64 x 128x64x128 takes 0.72 ms against numpy's 1.3.  But the peer comparison times a few
-# calls after each pause, and there (2 vCPUs, virtual machine) the second core comes up
-# slowly: the first calls after a 50 ms pause took 2.2, 1.7, 1.4, 1.3 ms, reaching 0.75 only
-# at the eighth, against OpenBLAS's steady 1.3-1.4 on one thread; interleaved samples of five
-# calls, own 1.6-2.0 ms, OpenBLAS through the front 1.4-1.6.  So matrices past 64^3 stay on
-# OpenBLAS there.
+# sooner there, and gain on large ones.  On AVX-512 (Zen 4, 2 vCPUs), samples as the peer
+# comparison takes them (a 50 ms pause, then 5 ms of calls; medians of 11, numpy's time / the
+# own kernel's): 16 x 64^3 1.20, 128 x 64^3 1.62, 64 x 128x64x128 1.50, 4 x 128^3 0.93,
+# 16 x 128^3 1.29, 2 x 256^3 1.09, 4 x 256^3 1.63, 8 x 256^3 1.41, 16 x 256^3 0.98,
+# 8 x 8 broadcast 256^3 1.11, 2 x 384^3 0.93, 4 x 384^3 1.19; single runs vary by 30%.  (Before
+# the caller yielded to a pool thread queued behind it, the second core joined the own kernel
+# only milliseconds after a pause, and OpenBLAS kept everything past 64^3.)
 VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 64**3, 256: 128**3}
+VECTOR_MAX_MNK = {512: 256**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
 # float32 panels; below it the panel steps per matrix cost more than they save.
