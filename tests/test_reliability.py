@@ -204,15 +204,21 @@ def test_pool_threads_say_they_started():
     if numba.get_num_threads() < 2:
         pytest.skip("numba runs one thread here")
 
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this process may use one CPU only")
+
     @njit(parallel=True)
     def kernel(seen):
         state = call_state()
         for i in prange(seen.size):
             spread(state)
-            seen[i] = numba.get_thread_id()
+            s = 0.0
+            for _ in range(100_000):  # about 0.1 ms: long enough for a pool thread to start
+                s = s * 0.999 + 1.0
+            seen[i] = numba.get_thread_id() + (s < 0)
         return state[1]
 
-    seen = np.zeros(4096, np.int64)
+    seen = np.zeros(64, np.int64)
     for _ in range(20):
         flags = kernel(seen)
         assert bool(flags & _POOL_STARTED) == bool(seen.any())

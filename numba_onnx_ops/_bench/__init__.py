@@ -12,7 +12,7 @@
    previous contender's worker threads stop spinning; the order rotates from round to round, and
    the median sample per contender is kept,
 4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
-   library is faster.  ``--targets`` adds the speed-up each case aims for.  Below the table,
+   library is faster.  ``--targets`` adds the speed-up each case aims for.  Above the table,
    the machine's limits measured after the cases (:mod:`.limits`): the float32 FMA peak and
    the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be read.
 
