@@ -83,3 +83,79 @@ def test_the_checked_versions_are_named():
     assert _numba_private.CHECKED_ON and all(
         v in _numba_private.__doc__ for v in _numba_private.CHECKED_ON
     )
+
+
+MACHINE_CODE_SCRIPT = """
+import json
+import numpy as np
+from numba.core import codegen
+
+emitted = []
+finalize_specific = codegen.JITCodeLibrary._finalize_specific
+def record(self):
+    own = [f.name for f in self._final_module.functions
+           if not f.is_declaration and "numba_onnx_ops" in f.name]
+    if own:
+        emitted.append(self.name)
+    return finalize_specific(self)
+codegen.JITCodeLibrary._finalize_specific = record
+
+import numba_onnx_ops as nox
+x = np.linspace(0.25, 2.0, 40).astype(np.float16)
+y = np.linspace(-1.5, 1.5, 40).astype(np.float16)
+got = nox.pow(x, y).astype(np.float64)
+a = np.arange(36, dtype=np.int32).reshape(6, 6) - 17
+print(json.dumps({
+    "pow": bool(np.all(np.abs(got - x.astype(np.float64) ** y) <= 1e-3 * np.abs(got))),
+    "matmul": nox.matmul(a, a).tolist() == (a.astype(np.int64) @ a).tolist(),
+    "emitted": emitted,
+}))
+"""
+
+
+def _kernel_names() -> set[str]:
+    """The parallel kernels: the only functions numba_onnx_ops calls from Python."""
+    from numba.core.registry import CPUDispatcher
+
+    from numba_onnx_ops._kernels import matmul, power
+
+    return {
+        obj.py_func.__qualname__
+        for module in (matmul, power)
+        for obj in vars(module).values()
+        if isinstance(obj, CPUDispatcher) and obj.targetoptions.get("parallel")
+    }
+
+
+def test_only_kernels_become_machine_code(tmp_path):
+    """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise turn
+    each of them into machine code of its own, with Python and C wrappers, on the first call."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    done = subprocess.run(
+        [sys.executable, "-c", MACHINE_CODE_SCRIPT],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["pow"] and result["matmul"]
+    kernels = _kernel_names()
+    # numba compiles a parallel loop's body and its wrappers as functions of their own
+    parfor_parts = ("__numba_parfor_gufunc", "parallelgufuncwrapper", "<numba.np.ufunc.wrappers")
+    others = [n for n in result["emitted"] if n not in kernels and not n.startswith(parfor_parts)]
+    assert others == []
+    assert any(n in kernels for n in result["emitted"])
+
+
+def test_helpers_refuse_calls_from_python():
+    import numpy as np
+    import pytest
+
+    from numba_onnx_ops._kernels import half
+
+    with pytest.raises(TypeError, match="compiled into numba_onnx_ops kernels only"):
+        half.f16_to_f32(np.uint16(0x3C00))
+    # called from compiled code, the same helper works
+    assert numba.njit(lambda b: half.f16_to_f32(b))(np.uint16(0x3C00)) == 1.0

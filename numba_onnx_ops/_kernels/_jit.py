@@ -1,4 +1,4 @@
-"""The one decorator every kernel uses."""
+"""The decorators of the kernels, and of the helpers compiled into them."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import hashlib
 from pathlib import Path
 
 import numba
+from numba.extending import overload
 
-from .._numba_private import stamp_cache_index
+from .._numba_private import LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -52,3 +53,16 @@ def kernel(**options):
         return dispatcher
 
     return decorate
+
+
+def helper(**options):
+    """``numba.njit(**options)`` for a function that only kernels call: compiled to an LLVM
+    module the kernels link and inline, without the Python entry point, wrappers and machine code
+    of its own that numba would otherwise build for it on every kernel's first compile (see
+    ``_numba_private``).  Calling it from Python raises ``TypeError``."""
+    return link_only_jit(**options)
+
+
+def helper_overload(func, inline="never", **jit_options):
+    """``numba.extending.overload`` whose implementations are compiled as :func:`helper` s."""
+    return overload(func, inline=inline, jit_options={**LINK_ONLY_OPTIONS, **jit_options})

@@ -10,9 +10,9 @@ arrays, where it tells half bits (F16, BF16) from real uint16 data (NATIVE).
 from __future__ import annotations
 
 from numba import types
-from numba.extending import overload
 
 from .._dtypes import NATIVE
+from ._jit import helper_overload
 from .half import f32_to_half, f64_to_half, half_to_f32
 
 
@@ -28,7 +28,7 @@ def _is_half_bits(t) -> bool:
     return isinstance(t, types.Integer) and t.bitwidth == 16 and not t.signed
 
 
-@overload(widen)
+@helper_overload(widen)
 def _widen(v, kind):
     if _is_half_bits(v):
         # uint16 data is half bits for the matmul/pow operands that can be halves; a real
@@ -37,7 +37,7 @@ def _widen(v, kind):
     return lambda v, kind: v
 
 
-@overload(narrow)
+@helper_overload(narrow)
 def _narrow(v, kind, out):
     odt = out.dtype
     if _is_half_bits(odt):

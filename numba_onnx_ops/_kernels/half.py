@@ -8,10 +8,11 @@ on this CPU, vectorized by LLVM.  bfloat16 is the top half of a float32, so it i
 from __future__ import annotations
 
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import intrinsic
 
 from .._dtypes import BF16, F16
+from ._jit import helper
 
 
 @intrinsic
@@ -96,25 +97,25 @@ def load_u16x4(typingctx, arr, i):
     return sig, codegen
 
 
-@njit
+@helper()
 def f16_to_f32(bits):
     """float16 bits -> float32 (exact)."""
     return _f16_bits_to_f32(bits)
 
 
-@njit
+@helper()
 def bf16_to_f32(bits):
     """bfloat16 bits -> float32 (exact)."""
     return u32_as_f32(types.uint32(bits) << types.uint32(16))
 
 
-@njit
+@helper()
 def f32_to_f16(value):
     """float32 -> float16 bits, rounded to nearest even (IEEE conversion)."""
     return _f32_to_f16_bits(value)
 
 
-@njit
+@helper()
 def f32_to_bf16(value):
     """float32 -> bfloat16 bits, rounded to nearest even; NaN stays a (quiet) NaN."""
     bits = f32_as_u32(value)
@@ -124,7 +125,7 @@ def f32_to_bf16(value):
     return types.uint16((bits + rounding) >> types.uint32(16))
 
 
-@njit
+@helper()
 def f64_to_f32_odd(value):
     """float64 -> float32 rounded to odd.
 
@@ -141,7 +142,7 @@ def f64_to_f32_odd(value):
     return u32_as_f32(bits | types.uint32(1))
 
 
-@njit
+@helper()
 def half_to_f32(bits, kind):
     """Half bits of the given kind (F16 or BF16) -> float32."""
     if kind == BF16:
@@ -149,7 +150,7 @@ def half_to_f32(bits, kind):
     return f16_to_f32(bits)
 
 
-@njit
+@helper()
 def f32_to_half(value, kind):
     """float32 -> half bits of the given kind (F16 or BF16), rounded to nearest even."""
     if kind == BF16:
@@ -157,7 +158,7 @@ def f32_to_half(value, kind):
     return f32_to_f16(value)
 
 
-@njit
+@helper()
 def f64_to_half(value, kind):
     """float64 -> half bits of the given kind, correctly rounded (one rounding)."""
     return f32_to_half(f64_to_f32_odd(value), kind)

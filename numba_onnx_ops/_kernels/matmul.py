@@ -29,9 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import carray, njit, prange, types
-from numba.extending import overload
 
-from ._jit import kernel
+from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
 from .microkernel import tile_cols, tile_rows, vector_tile, whole_products
 from .schedule import call_state, set_chunksize, spread
@@ -53,7 +52,7 @@ KPAD = 8
 _FASTMATH = {"reassoc", "contract"}
 
 
-@njit(fastmath=_FASTMATH)
+@helper(fastmath=_FASTMATH)
 def _micro(ap, ir_, bp, jr, kc, c, ci, cj, mr, nr):
     """c[ci:ci+mr, cj:cj+nr] += (ap[ir_:ir_+MR, :kc] @ bp[jr:jr+NR, :kc].T)[:mr, :nr]."""
     acc = carray(stack_buffer(12, c), (MR, NR))
@@ -78,12 +77,12 @@ def _at(buf, i):
     return buf[np.uint64(i)]
 
 
-@njit
+@helper()
 def _round_up(n, m):
     return (n + m - 1) // m * m
 
 
-@njit
+@helper()
 def _pack(src, base, rs, cs, rows, cols, kind, dst):
     """dst[r, c] = src[base + r * rs + c * cs] widened, zero-padded to dst's shape.
 
@@ -125,7 +124,7 @@ def _store_tile(tile, out, bi, m0, n0, mi, nj, kind):  # pragma: no cover - over
     raise NotImplementedError
 
 
-@overload(_tile)
+@helper_overload(_tile)
 def _tile_ov(out, bi, m0, n0, mi, nj, acc_proto):
     """Where a task accumulates: ``(array, row0, col0)``.
 
@@ -149,7 +148,7 @@ def _tile_ov(out, bi, m0, n0, mi, nj, acc_proto):
     return tile
 
 
-@overload(_store_tile)
+@helper_overload(_store_tile)
 def _store_tile_ov(tile, out, bi, m0, n0, mi, nj, kind):
     if out.dtype == tile.dtype:
         return lambda tile, out, bi, m0, n0, mi, nj, kind: None
@@ -228,7 +227,7 @@ def _lanes(proto, vectors):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
-@overload(_lanes, inline="always")
+@helper_overload(_lanes, inline="always")
 def _lanes_ov(proto, vectors):
     """Accumulator elements in ``vectors`` (a literal) ymm registers, as a constant: the SLP
     vectorizer needs the block loops unrolled, so their bounds must be known to LLVM."""
@@ -522,7 +521,7 @@ def _exponent_or_max(bits):
     return e if bits & np.uint32(0x7FFF) else np.uint32(255)
 
 
-@njit
+@helper()
 def _pack_pairs(src, base, step, gap, nhi, count, dst):
     """dst[j] = src[base + j * step] | src[base + j * step + gap] << 16 (bits) for j < nhi, the
     low half alone for nhi <= j < count; returns the smallest exponent field among the

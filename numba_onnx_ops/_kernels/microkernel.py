@@ -14,7 +14,9 @@ from __future__ import annotations
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
+
+from ._jit import helper_overload
 
 
 class _BFloat16(ir.types.Type):
@@ -82,7 +84,7 @@ def tile_cols(tile):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
-@overload(tile_rows, inline="always")
+@helper_overload(tile_rows, inline="always")
 def _tile_rows_ov(tile):
     """MR of a tile, as a constant."""
     dims = _tile_dims(tile)
@@ -92,7 +94,7 @@ def _tile_rows_ov(tile):
     return lambda tile: mr
 
 
-@overload(tile_cols, inline="always")
+@helper_overload(tile_cols, inline="always")
 def _tile_cols_ov(tile):
     """NV * W of a tile (the columns of a block), as a constant."""
     dims = _tile_dims(tile)

@@ -19,10 +19,9 @@ import math
 
 import numpy as np
 from numba import carray, njit, prange, types
-from numba.extending import overload
 
 from .._dtypes import NATIVE
-from ._jit import kernel
+from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
 from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
 from .powmath import (
@@ -97,7 +96,7 @@ def _block(v, s):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
-@overload(exponent_as_f64)
+@helper_overload(exponent_as_f64)
 def _exponent_as_f64(y, ykind):
     if isinstance(y, types.Integer) and y.bitwidth == 16 and not y.signed:
 
@@ -110,7 +109,7 @@ def _exponent_as_f64(y, ykind):
     return lambda y, ykind: types.float64(y)
 
 
-@overload(_chunk)
+@helper_overload(_chunk)
 def _chunk_impl(buf, start, stride, n):
     if not isinstance(buf, types.Array):
         return lambda buf, start, stride, n: buf  # a scalar exponent passes through
@@ -126,14 +125,14 @@ def _chunk_impl(buf, start, stride, n):
     return impl
 
 
-@overload(_at)
+@helper_overload(_at)
 def _at_impl(v, j):
     if isinstance(v, types.Array):
         return lambda v, j: v[j]
     return lambda v, j: v
 
 
-@overload(_block)
+@helper_overload(_block)
 def _block_impl(v, s):
     """``v[s : s + BLOCK]`` of a chunk, or a scalar exponent itself.  Loops index the block
     from 0: ``v[s + j]`` would need numba's negative-index wraparound, which keeps LLVM from
@@ -143,7 +142,7 @@ def _block_impl(v, s):
     return lambda v, s: v
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _int_pow(x, y, imin):
     """x ** y for int64 x and integer y (any width or signedness), semantics.md's rules."""
     if y < 0:
@@ -165,7 +164,7 @@ def _int_pow(x, y, imin):
     return result
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _int_ipow(x, n, imin):
     """x ** n for int64 x and |n| < 32 without branches (vectorizable), wrapping."""
     e = n if n >= 0 else -n
@@ -175,7 +174,7 @@ def _int_ipow(x, n, imin):
     return neg if n < 0 else r
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _int_pow_float(x, yf, imin):
     """Integer base, float exponent: the float64 power truncated toward zero, else imin."""
     r = math.pow(types.float64(x), yf)
@@ -187,7 +186,7 @@ def _int_pow_float(x, yf, imin):
     return imin
 
 
-@overload(pow_element, inline="always")
+@helper_overload(pow_element, inline="always")
 def _pow_element(op, x, y, ykind, imin):
     """(value, ok) of one element; ok False sends the element to the libm slow path."""
     if not isinstance(op, types.IntegerLiteral):
@@ -260,7 +259,7 @@ def _wide_element(op):
     return None  # GENERAL: the two-pass loop in ``_apply``
 
 
-@overload(_scan_flagged)
+@helper_overload(_scan_flagged)
 def _scan_flagged_impl(op, xv, xkind, yv, ykind):
     """``(signs, flagged)`` of a float32/half GENERAL chunk: whether a base is not positive
     (zero, negative or NaN: ``_fix_signs`` must run; half bases take signs inline, so always
@@ -303,7 +302,7 @@ def _exponents_finite(yv, ykind):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
-@overload(_exponents_finite)
+@helper_overload(_exponents_finite)
 def _exponents_finite_impl(yv, ykind):
     """Whether every exponent of a chunk (or the scalar one) is finite: float exponents by
     the max of their magnitudes' bits (a reduction that vectorizes, where the float test
@@ -341,7 +340,7 @@ def _exponents_finite_impl(yv, ykind):
     return impl
 
 
-@overload(_fix_signs)
+@helper_overload(_fix_signs)
 def _fix_signs_impl(op, xv, xkind, yv, ykind, ov):
     """Second pass over a float32 GENERAL chunk whose bases are not all positive (as
     ``_scan_flagged`` found): zero bases and signs (``pow_narrow_sign``) applied to the stored
@@ -365,7 +364,7 @@ def _is_narrow(dtype) -> bool:
     return isinstance(dtype, types.Float) and dtype.bitwidth == 32 or dtype == types.uint16
 
 
-@overload(_fix_flagged)
+@helper_overload(_fix_flagged)
 def _fix_flagged_impl(op, xv, xkind, yv, ykind, ov):
     """Second pass over a chunk with flagged elements: libm's pow for those (GENERAL floats
     only; the other classes never flag, and compile to nothing here)."""
@@ -412,7 +411,7 @@ def _chunks_per_row(shape):
     return (inner + CHUNK - 1) // CHUNK
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _locate(task, nchunks, x_org, x_str, y_org, y_str, shape):
     """(x offset, y offset, output offset, length) of one (row, chunk) task's elements."""
     ndim = shape.size
@@ -431,7 +430,7 @@ def _locate(task, nchunks, x_org, x_str, y_org, y_str, shape):
     return xo + j0 * x_str[ndim - 1], yo + j0 * y_str[ndim - 1], row * inner + j0, n
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _task(
     op, task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table,
     flags,
@@ -454,7 +453,7 @@ def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task)
     raise NotImplementedError  # pragma: no cover - overloaded below
 
 
-@overload(_fix_now_or_later)
+@helper_overload(_fix_now_or_later)
 def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
     """A chunk's fix-up passes: for float32 and float64 bases, left to ``pow_fixup`` (a flag
     byte per task), whose code, about 0.8 s of the GENERAL kernel's first compile, is then
@@ -477,7 +476,7 @@ def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, 
     return now
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _fix_task(task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flag):
     """The fix-up passes ``_task`` left to ``pow_fixup``: 1 signs, 2 libm elements."""
     xo, yo, oo, n = _locate(task, nchunks, x_org, x_str, y_org, y_str, shape)
@@ -494,7 +493,7 @@ def _gather(x, start, stride, y, table, ov):  # pragma: no cover - overloaded be
     raise NotImplementedError
 
 
-@overload(_gather, jit_options={"error_model": "numpy"})
+@helper_overload(_gather, error_model="numpy")
 def _gather_impl(x, start, stride, y, table, ov):
     """ov[j] = table[x[start + j * stride]]: a half-type base's bits mapped through its table.
     Other bases, and array exponents, never get a table and compile to nothing here (the
@@ -531,7 +530,7 @@ def _apply(op, xv, xkind, yv, ykind, ov, imin):  # pragma: no cover - overloaded
     raise NotImplementedError
 
 
-@overload(_apply, jit_options={"error_model": "numpy"})
+@helper_overload(_apply, error_model="numpy")
 def _apply_impl(op, xv, xkind, yv, ykind, ov, imin):
     """ov[j] = xv[j] ** yv[j] over a contiguous chunk: the loops LLVM vectorizes.  Returns
     whether an element was flagged for the slow path."""
@@ -588,7 +587,7 @@ def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
     return False
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _wide_bases_normal(xv):
     """Whether every float64 of a chunk is normal and finite, of either sign: the bits of its
     magnitude lie in [2**52, 0x7FF << 52).  Unsigned min and max: reductions that vectorize."""
@@ -629,7 +628,7 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low, clean) or bad
 
 
-@njit(error_model="numpy")
+@helper(error_model="numpy")
 def _wide_block(xv, yv, ykind, ov, s, n, low, clean):
     """ov[s : s + n] = x ** y for float64 bases, n <= BLOCK; whether an element was flagged."""
     xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)

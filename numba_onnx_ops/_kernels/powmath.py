@@ -30,6 +30,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ._jit import helper
 from .half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
 
 _U64 = types.uint64
@@ -189,7 +190,7 @@ _F32_INF = np.float32(np.inf)
 
 # Leaves are plain functions that LLVM inlines (each is small); the public element functions
 # are inlined by numba so that the kernel's loop body is one function LLVM can vectorize.
-_jit = njit(error_model="numpy")
+_jit = helper(error_model="numpy")
 _element = njit(error_model="numpy", inline="always")
 
 
@@ -443,7 +444,7 @@ def pow_wide_finish(x, y, lhi, llo):
     return _special_rules(m, x, y), ok
 
 
-@njit(error_model="numpy")
+@_jit
 def pow_wide_needs_libm(x, y):
     """True for at least every element that ``pow_wide_finish`` flags: a finite non-trivial
     power with |y ln|x|| >= 707 (flagged from 708; libm's log leaves a wide margin)."""
