@@ -18,12 +18,13 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import carray, njit, prange, types
+from numba import njit, prange, types
 
 from .._dtypes import NATIVE
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
 from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
+from .ints import int_max, int_min
 from .powmath import (
     cube_wide,
     exp_wide_of_log,
@@ -44,7 +45,7 @@ from .powmath import (
     sqrt_narrow,
 )
 from .schedule import call_state, spread
-from .stack import stack_buffer
+from .stack import stack_array
 
 _U8 = types.uint8
 _U32 = types.uint32
@@ -286,8 +287,8 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
         for j in range(xv.size):
             u = f32_as_u32(widen(xv[j], xkind))
             a = u & _U32(0x7FFFFFFF)
-            lo = min(lo, a)
-            hi = max(hi, a)
+            lo = int_min(lo, a)
+            hi = int_max(hi, a)
             sign |= u
         signs = not signs_inline and (
             (sign & _U32(0x80000000)) != _U32(0) or lo == _U32(0) or hi > _F32_INF_BITS
@@ -317,7 +318,7 @@ def _exponents_finite_impl(yv, ykind):
         def impl32(yv, ykind):
             hi = _U32(0)
             for j in range(yv.size):
-                hi = max(hi, f32_as_u32(yv[j]) & _U32(0x7FFFFFFF))
+                hi = int_max(hi, f32_as_u32(yv[j]) & _U32(0x7FFFFFFF))
             return hi < _F32_INF_BITS
 
         return impl32
@@ -326,7 +327,7 @@ def _exponents_finite_impl(yv, ykind):
         def impl64(yv, ykind):
             hi = _U64(0)
             for j in range(yv.size):
-                hi = max(hi, f64_as_u64(yv[j]) & _U64(0x7FFFFFFFFFFFFFFF))
+                hi = int_max(hi, f64_as_u64(yv[j]) & _U64(0x7FFFFFFFFFFFFFFF))
             return hi < _U64(0x7FF << 52)
 
         return impl64
@@ -418,7 +419,7 @@ def _locate(task, nchunks, x_org, x_str, y_org, y_str, shape):
     inner = shape[ndim - 1]
     row = task // nchunks
     j0 = (task - row * nchunks) * CHUNK
-    n = min(inner, j0 + CHUNK) - j0
+    n = int_min(inner, j0 + CHUNK) - j0
     xo = x_org
     yo = y_org
     rem = row
@@ -567,7 +568,7 @@ BLOCK = 1024
 
 def _apply_narrow_general(op, xv, xkind, yv, ykind, ov, imin):
     # |x|**y only: ``_fix_signs`` and ``_scan_flagged`` find the other elements more cheaply.
-    tb = carray(stack_buffer(BLOCK, 0.0), (BLOCK,))
+    tb = stack_array(BLOCK, 0.0)
     full = ov.size - ov.size % BLOCK
     for s in range(0, full, BLOCK):
         _narrow_block(xv, xkind, yv, ykind, ov, s, BLOCK, tb)
@@ -595,8 +596,8 @@ def _wide_bases_normal(xv):
     hi = _U64(0)
     for j in range(xv.size):
         b = f64_as_u64(xv[j]) & _U64(0x7FFFFFFFFFFFFFFF)
-        lo = min(lo, b)
-        hi = max(hi, b)
+        lo = int_min(lo, b)
+        hi = int_max(hi, b)
     return lo >= _U64(1 << 52) and hi < _U64(0x7FF << 52)
 
 
@@ -615,7 +616,7 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # (in L1), then exp.  In one loop, LLVM's cost model turned vectorization down (four
     # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize, 2x faster.
     # The buffer is small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
-    low = carray(stack_buffer(BLOCK, 0.0), (BLOCK,))
+    low = stack_array(BLOCK, 0.0)
     # The common chunk has no zero, subnormal, infinite or NaN base and no infinite or NaN
     # exponent, so neither the subnormal scaling nor the C99 rules beyond a negative base's
     # sign are paid per element (10M float64 ** 3.7 on one thread, Zen 4: the second loop

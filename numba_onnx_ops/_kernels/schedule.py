@@ -39,11 +39,12 @@ from __future__ import annotations
 import sys
 
 import numba
-import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from .stack import stack_array
 
 
 @intrinsic
@@ -149,8 +150,10 @@ _CALLER_YIELDED = 2  # the caller has been through its check (and yielded if it 
 @numba.njit(inline="always")
 def call_state():
     """What ``spread`` needs, read by a kernel just before its ``prange``: the CPU the caller
-    runs on and the call's flags (a small array, so that every task sees the same one)."""
-    state = np.empty(2, np.int64)
+    runs on and the call's flags (a small array, so that every task sees the same one).  It
+    lives in the kernel's stack frame, which outlasts the parallel loop: ``np.empty`` cost a
+    heap allocation per call, and 0.1 s of compile time in the first kernel of a process."""
+    state = stack_array(2, types.int64(0))
     state[0] = current_cpu()
     state[1] = 0
     return state
