@@ -8,6 +8,7 @@ in long double and rounded by hand); integer results exactly, with Python intege
 from __future__ import annotations
 
 import itertools
+import math
 
 import ml_dtypes
 import numpy as np
@@ -410,6 +411,18 @@ def test_float_base_huge_integer_exponents(xdtype):
     assert_within_ulp(pow_checked(x, y_i64), expected, xdtype)
     y_u64 = np.array([2**63, 2**64 - 1, 2**63 + 1], dtype=U64)
     assert_within_ulp(pow_checked(x, y_u64), pow_float_exact(x, y_u64), xdtype)
+
+
+@pytest.mark.parametrize("y", [0.75, 3.7, 33.0, 34.0, 2.0**23 + 1, 1e10, -3.7, -33.0], ids=str)
+@pytest.mark.parametrize("xdtype", FLOATS, ids=dtype_id)
+def test_bases_of_every_sign_under_a_scalar_exponent(xdtype, y):
+    # A scalar exponent outside the special classes (integers from 32 on included), over bases
+    # of both signs, zeros, subnormals, infinities and NaN, in tasks of several chunks.
+    bases = [0.0, -0.0, 1.5, -1.5, 0.75, -0.75, 1.0, -1.0, 3.0e38, -3.0e38, 1e-40, -1e-40]
+    bases += [math.inf, -math.inf, math.nan]
+    x = np.tile(np.array(bases, np.float64).astype(xdtype), 2200)
+    exponent = np.array(y, dtype=xdtype)
+    assert_within_ulp(pow_checked(x, exponent), pow_float_exact(x, exponent), xdtype)
 
 
 # ------------------------------------------------------------------------------------------

@@ -458,9 +458,22 @@ def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task)
 def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
     """A chunk's fix-up passes: for float32 and float64 bases, left to ``pow_fixup`` (a flag
     byte per task), whose code, about 0.8 s of the GENERAL kernel's first compile, is then
-    compiled only for data that needs it (zero, negative or special bases or exponents).  Half
-    bases run them here: their table is built from every base, special ones included."""
+    compiled only for data that needs it (zero, negative or special bases or exponents); the
+    signs of float32 bases under a positive scalar exponent, cheap to compile, are fixed here
+    (``_scalar_signs``).  Half bases run them here: their table is built from every base,
+    special ones included."""
+    if not isinstance(op, types.IntegerLiteral):
+        return None
     if isinstance(xv.dtype, types.Float):
+        general = op.literal_value == GENERAL
+        if general and xv.dtype == types.float32 and not isinstance(yv, types.Array):
+
+            def scalar_signs(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+                left = signs and not _scalar_signs(xv, yv, ov)
+                if left or flagged:
+                    flags[task] = _U8(1 if left else 0) | _U8(2 if flagged else 0)
+
+            return scalar_signs
 
         def later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
             if signs or flagged:
@@ -475,6 +488,26 @@ def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, 
             _fix_flagged(op, xv, xkind, yv, ykind, ov)
 
     return now
+
+
+@helper(error_model="numpy")
+def _scalar_signs(xv, y, ov):
+    """``_fix_signs`` for float32 bases and a finite scalar exponent y > 0, run in the chunk's
+    task while it is in cache (``pow_fixup`` would read it all again: 10M float32 ** 3.7 with
+    half the bases negative took 1.37 times as long as with positive ones, 1.08 with this).
+    ``pow_narrow_sign``'s rules, in float32 (each product is exact): a zero base gives
+    |x|**y = +0, a negative one (-0.0 included) -|x|**y for an odd integer y, NaN for a
+    non-integer y, except -0.0, which keeps +-0.  False, doing nothing, for other exponents."""
+    if not (y > 0.0 and y < math.inf):
+        return False
+    odd = np.float32(-1.0) if y % 2.0 == 1.0 else np.float32(1.0)
+    factor = odd if y == math.floor(y) else np.float32(math.nan)
+    for j in range(ov.size):
+        x = xv[j]
+        m = np.float32(0.0) if x == np.float32(0.0) else ov[j]
+        negative = (f32_as_u32(x) & _U32(0x80000000)) != _U32(0)
+        ov[j] = m * (odd if x == np.float32(0.0) else factor) if negative else m
+    return True
 
 
 @helper(error_model="numpy")
