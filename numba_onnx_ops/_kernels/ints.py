@@ -1,23 +1,41 @@
-"""Integer ``min`` and ``max`` for the kernels.
+"""Integer ``min`` and ``max`` for the Pow kernels.
 
 numba (from 0.61 on) implements the builtins ``min`` and ``max`` as functions that it compiles
 for each combination of argument types on first use in a process, each with a Python wrapper
-and machine code of its own: 0.16 s of the first float16 Pow kernel's compile.  These two are
-inlined into their caller's IR instead.  Integers only: the builtins' NaN rules stay with them.
+and machine code of its own: 0.16 s of the first float16 Pow kernel's compile.  These two emit
+the compare and select in place.  Integers only: the builtins' NaN rules stay with them.  The
+MatMul kernels keep the builtins: with these in their place, the int32 kernel for small
+products (compiled with LLVM's SLP vectorizer) ran a 512^2 product in 43 ms instead of 2.2
+(2 Zen 4 threads), and so it did with a conditional expression that numba inlines.
 """
 
 from __future__ import annotations
 
-from numba import njit
+from numba import types
+from numba.extending import intrinsic
 
 
-@njit(inline="always")
-def int_min(a, b):
-    """The smaller of two integers."""
-    return a if a < b else b
+def _select(typingctx, a, b, op):
+    common = typingctx.unify_types(a, b)
+    if not isinstance(common, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        x = context.cast(builder, args[0], signature.args[0], common)
+        y = context.cast(builder, args[1], signature.args[1], common)
+        compare = builder.icmp_signed if common.signed else builder.icmp_unsigned
+        return builder.select(compare(op, x, y), x, y)
+
+    return common(a, b), codegen
 
 
-@njit(inline="always")
-def int_max(a, b):
-    """The larger of two integers."""
-    return a if a > b else b
+@intrinsic
+def int_min(typingctx, a, b):
+    """The smaller of two integers, in their common type."""
+    return _select(typingctx, a, b, "<")
+
+
+@intrinsic
+def int_max(typingctx, a, b):
+    """The larger of two integers, in their common type."""
+    return _select(typingctx, a, b, ">")

@@ -32,7 +32,6 @@ from numba import carray, njit, prange, types
 
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
-from .ints import int_min
 from .microkernel import tile_cols, tile_rows, vector_tile, whole_products
 from .schedule import call_state, set_chunksize, spread
 from .stack import stack_buffer
@@ -178,7 +177,7 @@ def matmul_packed(
     mtiles = (M + mt - 1) // mt
     ntiles = (N + nt - 1) // nt
     per_batch = mtiles * ntiles
-    kcp = _round_up(int_min(kc, K), KPAD)
+    kcp = _round_up(min(kc, K), KPAD)
     caller = call_state()
     for task in prange(nbatch * per_batch):
         spread(caller)
@@ -186,22 +185,22 @@ def matmul_packed(
         rest = task - bi * per_batch
         m0 = (rest // ntiles) * mt
         n0 = (rest % ntiles) * nt
-        mi = int_min(mt, M - m0)
-        nj = int_min(nt, N - n0)
+        mi = min(mt, M - m0)
+        nj = min(nt, N - n0)
         njp = _round_up(nj, NR)
         c, cm, cn = _tile(out, bi, m0, n0, mi, nj, acc_proto)
         # Flat buffers reshaped per block: a C-contiguous panel tells LLVM k is unit-stride.
         bbuf = np.empty(njp * kcp, acc_proto.dtype)
-        abuf = np.empty(int_min(mg, _round_up(mi, MR)) * kcp, acc_proto.dtype)
+        abuf = np.empty(min(mg, _round_up(mi, MR)) * kcp, acc_proto.dtype)
         abase = a_off[bi] + m0 * a_rs
         bbase = b_off[bi] + n0 * b_cs
         for k0 in range(0, K, kc):
-            kk = int_min(kc, K - k0)
+            kk = min(kc, K - k0)
             kkp = _round_up(kk, KPAD)
             bp = bbuf[: njp * kkp].reshape((njp, kkp))
             _pack(b, bbase + k0 * b_rs, b_cs, b_rs, nj, kk, kind, bp)
             for i0 in range(0, mi, mg):
-                ii = int_min(mg, mi - i0)
+                ii = min(mg, mi - i0)
                 iip = _round_up(ii, MR)
                 ap = abuf[: iip * kkp].reshape((iip, kkp))
                 _pack(a, abase + i0 * a_rs + k0 * a_cs, a_rs, a_cs, ii, kk, kind, ap)
@@ -259,10 +258,10 @@ def matmul_direct(
         spread(caller)
         bs = np.empty(K * SW, acc_proto.dtype)  # 1-D: SLP needs provably consecutive loads
         acc = carray(stack_buffer(64, acc_proto), (RB, SW))
-        for item in range(t * per, int_min(items, (t + 1) * per)):
+        for item in range(t * per, min(items, (t + 1) * per)):
             bi = item // nstrips
             j0 = (item - bi * nstrips) * SW
-            nw = int_min(SW, N - j0)
+            nw = min(SW, N - j0)
             bo = b_off[bi] + j0 * b_cs
             for k in range(K):
                 bk = bo + k * b_rs
@@ -278,10 +277,10 @@ def matmul_direct(
                         acc[r, j] = 0
                 for k in range(K):
                     for r in range(RB):
-                        aik = widen(_at(a, ao + int_min(i0 + r, M - 1) * a_rs + k * a_cs), kind)
+                        aik = widen(_at(a, ao + min(i0 + r, M - 1) * a_rs + k * a_cs), kind)
                         for j in range(SW):
                             acc[r, j] += aik * bs[k * SW + j]
-                for r in range(int_min(RB, M - i0)):
+                for r in range(min(RB, M - i0)):
                     if nw == SW:
                         for j in range(SW):
                             c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
@@ -309,7 +308,7 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
         oo = bi * M * N
         acc = carray(stack_buffer(32, acc_proto), (RB, SV))
         for j00 in range(0, N, SV):
-            j0 = int_min(j00, N - SV)
+            j0 = min(j00, N - SV)
             # Full blocks with constant bounds throughout (measured: a clamped row index or a
             # variable store count in this loop nest cost as much as the arithmetic).
             for i0 in range(0, mfull, RB):
@@ -379,15 +378,15 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
         first = t * per
         bi = first // nstrips
         s = first - bi * nstrips
-        for _ in range(first, int_min(items, first + per)):
-            j0 = int_min(s * NR, N - NR)
+        for _ in range(first, min(items, first + per)):
+            j0 = min(s * NR, N - NR)
             ao = a_off[bi]
             bo = b_off[bi] + j0
             co = bi * M * N + j0
             for i0 in range(0, M, MR):
                 _vector_block(
                     a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
-                    int_min(MR, M - i0), tile,
+                    min(MR, M - i0), tile,
                 )  # fmt: skip
             s += 1
             if s == nstrips:
@@ -411,7 +410,7 @@ def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
     for t in prange(chunks):
         spread(caller)
         whole_products(a, a_off, a_rs, 1, b, b_off, b_rs, flat, t * per,
-                       int_min(nb, (t + 1) * per), shape)  # fmt: skip
+                       min(nb, (t + 1) * per), shape)  # fmt: skip
     set_chunksize(saved)
 
 
@@ -431,7 +430,7 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
         i0 = (t - bi * mtasks) * rows
         xo = x_off[bi]
         acc = carray(stack_buffer(1, acc_proto), 1)
-        for i in range(i0, int_min(M, i0 + rows)):
+        for i in range(i0, min(M, i0 + rows)):
             arow = a_off[bi] + i * a_rs
             acc[0] = 0
             for k in range(K):
@@ -453,7 +452,7 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         spread(caller)
         bi = t // ntasks
         j0 = (t - bi * ntasks) * cols
-        nj = int_min(cols, N - j0)
+        nj = min(cols, N - j0)
         acc = np.zeros(nj, acc_proto.dtype)
         xo = x_off[bi]
         for k in range(K):
@@ -534,11 +533,11 @@ def _pack_pairs(src, base, step, gap, nhi, count, dst):
         lo = np.uint32(_at(src, base + j * step))
         hi = np.uint32(_at(src, base + j * step + gap))
         dst[j] = lo | (hi << np.uint32(16))
-        low = int_min(low, int_min(_exponent_or_max(lo), _exponent_or_max(hi)))
+        low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
     for j in range(nhi, count):
         lo = np.uint32(_at(src, base + j * step))
         dst[j] = lo
-        low = int_min(low, _exponent_or_max(lo))
+        low = min(low, _exponent_or_max(lo))
     return low
 
 
