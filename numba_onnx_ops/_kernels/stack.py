@@ -9,6 +9,20 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 
+def _count_and_dtype(n, proto):
+    """(element count, element type) of a scratch request, or None if ``n`` is not a literal."""
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    return n.literal_value, proto.dtype if isinstance(proto, types.Array) else proto
+
+
+def _alloca(context, builder, dtype, count):
+    """A pointer to ``count`` uninitialised ``dtype`` elements in the current function's frame."""
+    elem = context.get_value_type(dtype)
+    buf = cgutils.alloca_once(builder, ir.ArrayType(elem, count))
+    return builder.bitcast(buf, elem.as_pointer())
+
+
 @intrinsic
 def stack_buffer(typingctx, n, proto):
     """A pointer to ``n`` (a compile-time constant) uninitialised elements on the stack, of
@@ -17,15 +31,13 @@ def stack_buffer(typingctx, n, proto):
     Indexed by constants after unrolling, a stack buffer is promoted to registers; a heap
     array never is, since LLVM cannot prove it does not alias the kernel's other arrays.
     """
-    if not isinstance(n, types.IntegerLiteral):
+    request = _count_and_dtype(n, proto)
+    if request is None:
         return None
-    count = n.literal_value
-    dtype = proto.dtype if isinstance(proto, types.Array) else proto
+    count, dtype = request
 
     def codegen(context, builder, signature, args):
-        elem = context.get_value_type(dtype)
-        buf = cgutils.alloca_once(builder, ir.ArrayType(elem, count))
-        return builder.bitcast(buf, elem.as_pointer())
+        return _alloca(context, builder, dtype, count)
 
     return types.CPointer(dtype)(n, proto), codegen
 
@@ -40,20 +52,20 @@ def stack_array(typingctx, n, proto):
     use: 0.04-0.08 s of a kernel's first compile.  The array owns nothing and must not
     outlive that function's frame.
     """
-    if not isinstance(n, types.IntegerLiteral):
+    request = _count_and_dtype(n, proto)
+    if request is None:
         return None
-    count = n.literal_value
-    dtype = proto.dtype if isinstance(proto, types.Array) else proto
+    count, dtype = request
     array_type = types.Array(dtype, 1, "C")
 
     def codegen(context, builder, signature, args):
-        elem = context.get_value_type(dtype)
-        buf = cgutils.alloca_once(builder, ir.ArrayType(elem, count))
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(elem))
+        itemsize = context.get_constant(
+            types.intp, context.get_abi_sizeof(context.get_value_type(dtype))
+        )
         array = make_array(array_type)(context, builder)
         populate_array(
             array,
-            data=builder.bitcast(buf, elem.as_pointer()),
+            data=_alloca(context, builder, dtype, count),
             shape=[context.get_constant(types.intp, count)],
             strides=[itemsize],
             itemsize=itemsize,
