@@ -27,11 +27,11 @@ import numba
 import numpy as np
 
 from ._broadcast import flat_buffer
+from ._cpu import cpu_features, vector_bits
 from ._dtypes import kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
 from ._matmul_half import run_half_blas
-from ._matmul_own import _cpu_features, vector_bits
 from ._parallel import launch
 
 _U32 = np.dtype(np.uint32)
@@ -58,7 +58,7 @@ def pairs_win(m: int, n: int, k: int) -> bool:
         n >= PAIRS_MIN_N
         and m * n * k >= PAIRS_MIN_MNK
         and vector_bits() == 512
-        and "avx512bf16" in _cpu_features()
+        and "avx512bf16" in cpu_features()
     )
 
 

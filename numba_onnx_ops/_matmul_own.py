@@ -6,9 +6,10 @@ import functools
 
 import numba
 import numpy as np
-from llvmlite import binding as _llvm
 
 from ._broadcast import batch_offsets, flat_buffer
+from ._cpu import cpu_features as _cpu_features
+from ._cpu import vector_bits
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
@@ -67,28 +68,6 @@ def run(a, b, batch, m, n, k, target) -> None:
     else:
         blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
         launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
-
-
-@functools.cache
-def _cpu_features() -> frozenset[str]:
-    """The features numba compiles for: the host CPU's, or those it is told to
-    (``NUMBA_CPU_NAME`` with ``NUMBA_CPU_FEATURES``; a CPU name alone gives none).  Read at
-    the first product, not at import."""
-    if numba.config.CPU_NAME in (None, "host"):
-        return frozenset(k for k, v in _llvm.get_host_cpu_features().items() if v)
-    given = (numba.config.CPU_FEATURES or "").split(",")
-    return frozenset(f[1:] for f in given if f.startswith("+"))
-
-
-def vector_bits() -> int:
-    """Width of the vector registers the micro-kernel is built for: 512 with AVX-512F, 256
-    with AVX2 and FMA, 0 otherwise (the micro-kernel is then not used)."""
-    features = _cpu_features()
-    if "avx512f" in features:
-        return 512
-    if "avx2" in features and "fma" in features:
-        return 256
-    return 0
 
 
 def vector_int64() -> bool:

@@ -198,6 +198,33 @@ def test_float32_general_blocks(inner, yshape, rng):
     assert_pow_matches(pow_checked(x, y), x, y)
 
 
+@pytest.mark.parametrize("inner", [1, 1023, 1025, 3000, 16384 + 1024 + 7])
+@pytest.mark.parametrize("yshape", ["scalar", "same", "row"])
+def test_float64_blocks_with_special_elements(inner, yshape, rng):
+    # float64 general powers take a fast path per block of 1024 when its bases are normal and
+    # its exponents finite, and compute the block again otherwise: one special base or
+    # exponent anywhere must give C99's value there and leave every other element as it is
+    # without it, bit for bit
+    x = np.exp(rng.uniform(-5, 5, (3, inner))) * rng.choice([-1.0, 1.0], (3, inner))
+    y = {
+        "scalar": np.array(3.7),
+        "same": rng.uniform(-4, 4, x.shape).round(1),
+        "row": rng.uniform(-4, 4, inner).round(1),
+    }[yshape]
+    plain = pow_checked(x, y)
+    xs, ys = x.copy(), y.copy()
+    special = rng.integers(0, x.size, min(x.size, 6))
+    xs.flat[special] = rng.choice([0.0, -0.0, np.inf, -np.inf, 5e-310, -3.0, np.nan], special.size)
+    if ys.ndim:
+        at = rng.integers(0, ys.size, min(ys.size, 3))
+        ys.flat[at] = rng.choice([np.inf, -np.inf, np.nan], at.size)
+    result = pow_checked(xs, ys)
+    assert_pow_matches(result, xs, ys)
+    yb, ysb = np.broadcast_to(y, x.shape), np.broadcast_to(ys, x.shape)
+    touched = (xs != x) | np.isnan(xs) | (ysb != yb) | np.isnan(ysb)
+    assert np.array_equal(result[~touched].view(np.uint64), plain[~touched].view(np.uint64))
+
+
 _POSITIVE_FINITE_BITS = {  # (unsigned view, smallest positive bits, +inf bits)
     F16: (np.uint16, 1, 0x7C00),
     BF16: (np.uint16, 1, 0x7F80),

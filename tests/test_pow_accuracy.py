@@ -38,6 +38,7 @@ from oracles import (
 )
 
 import numba_onnx_ops as noo
+from numba_onnx_ops._cpu import vector_bits
 
 # mpmath (where long double is float64) computes about 10^5 values a second, powl 10^7
 N = 1_000_000 if LONGDOUBLE_IS_WIDE else 20_000
@@ -201,3 +202,47 @@ def test_every_float32_to_the_3_7():
         f"\nevery float32 ** 3.7: {finite_total} finite results, max {worst:g} ulp, "
         f"{wrong} not correctly rounded ({100 * (1 - wrong / finite_total):.7f}% correct)"
     )
+
+
+def test_exp_table_is_two_to_the_j_over_128():
+    """float64's exp takes 2**(j/128) as the double-double P[j] + PLO[j], built from the
+    coarse and fine factor tables; against mpmath at 200 bits."""
+    mpmath = pytest.importorskip("mpmath")
+    from numba_onnx_ops._kernels import powmath
+
+    with mpmath.workprec(200):
+        for j in range(powmath.EXP_P.size):
+            exact = mpmath.power(2, mpmath.mpf(j) / powmath.EXP_P.size)
+            approx = mpmath.mpf(float(powmath.EXP_P[j])) + mpmath.mpf(float(powmath.EXP_PLO[j]))
+            assert abs(approx - exact) <= exact * mpmath.mpf(2) ** -100, j
+
+
+@pytest.mark.skipif(vector_bits() != 512, reason="the permute lookup is AVX-512's")
+def test_exp_factors_by_permutes_equal_the_tables():
+    """AVX-512's lookup (register permutes and the product of the factors) gives the bits of
+    the tables that the other path gathers from, for every table index and power of two."""
+    from numba import njit
+
+    from numba_onnx_ops._kernels import powmath
+    from numba_onnx_ops._kernels.half import f64_as_u64
+
+    @njit
+    def both(k):
+        n = k.size
+        p, plo, scale = np.empty(n), np.empty(n), np.empty(n)
+        powmath.exp_factors(k, p, plo, scale, n)
+        table = np.empty((3, n))
+        for i in range(n):
+            ki = f64_as_u64(k[i])
+            table[0, i], table[1, i] = powmath.exp_factors_at(ki)
+            table[2, i] = powmath.exp_scale(ki)
+        return np.stack((p, plo, scale)), table
+
+    n = np.arange(-1022 * 128, 1024 * 128, dtype=np.int64)  # every j, every normal 2**q
+    n = n[: n.size - n.size % 8]
+    # the bits exp_reduce leaves: those of 0x1.8p52 + n
+    k = (np.int64(0x4338000000000000) + n).view(np.float64)
+    by_permutes, by_tables = both(k)
+    assert np.array_equal(by_permutes.view(np.uint64), by_tables.view(np.uint64))
+    q = np.floor_divide(n, 128)
+    assert np.array_equal(by_tables[2], np.ldexp(1.0, q))

@@ -51,9 +51,9 @@ def environment() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    from .._matmul_own import _cpu_features
+    from .._cpu import cpu_features
 
-    flags = [f for f in _VECTOR_FLAGS if f in _cpu_features()]
+    flags = [f for f in _VECTOR_FLAGS if f in cpu_features()]
     return {
         "numba_onnx_ops": __version__,
         "numpy": np.__version__,

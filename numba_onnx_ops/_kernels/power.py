@@ -20,13 +20,19 @@ import math
 import numpy as np
 from numba import njit, prange, types
 
+from .._cpu import vector_bits
 from .._dtypes import NATIVE
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
-from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
+from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4, u64_as_f64
 from .ints import int_max, int_min
 from .powmath import (
     cube_wide,
+    exp_factors,
+    exp_factors_at,
+    exp_finish,
+    exp_reduce,
+    exp_scale,
     exp_wide_of_log,
     ipow_narrow,
     log_wide,
@@ -43,6 +49,8 @@ from .powmath import (
     rsqrt_wide,
     sqrt_any,
     sqrt_narrow,
+    times_log,
+    wide_sign,
 )
 from .schedule import call_state, spread
 from .stack import stack_array
@@ -53,6 +61,9 @@ _I64 = types.int64
 _U64 = types.uint64
 _F32_INF_BITS = _U32(0x7F800000)
 _F32_MIN_NORMAL_BITS = _U32(0x00800000)
+_F64_ABS = _U64(0x7FFFFFFFFFFFFFFF)
+_F64_INF_BITS = _U64(0x7FF << 52)
+_F64_MIN_NORMAL_BITS = _U64(1 << 52)
 
 # Exponent classes.  IPOW is a scalar integer exponent with |n| < IPOW_LIMIT (float32 and half
 # bases square in float64; float64 bases take GENERAL, as squaring would lose accuracy).
@@ -327,8 +338,8 @@ def _exponents_finite_impl(yv, ykind):
         def impl64(yv, ykind):
             hi = _U64(0)
             for j in range(yv.size):
-                hi = int_max(hi, f64_as_u64(yv[j]) & _U64(0x7FFFFFFFFFFFFFFF))
-            return hi < _U64(0x7FF << 52)
+                hi = int_max(hi, f64_as_u64(yv[j]) & _F64_ABS)
+            return hi < _F64_INF_BITS
 
         return impl64
 
@@ -615,19 +626,6 @@ def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
     return False
 
 
-@helper(error_model="numpy")
-def _wide_bases_normal(xv):
-    """Whether every float64 of a chunk is normal and finite, of either sign: the bits of its
-    magnitude lie in [2**52, 0x7FF << 52).  Unsigned min and max: reductions that vectorize."""
-    lo = _U64(0xFFFFFFFFFFFFFFFF)
-    hi = _U64(0)
-    for j in range(xv.size):
-        b = f64_as_u64(xv[j]) & _U64(0x7FFFFFFFFFFFFFFF)
-        lo = int_min(lo, b)
-        hi = int_max(hi, b)
-    return lo >= _U64(1 << 52) and hi < _U64(0x7FF << 52)
-
-
 @njit(inline="always", error_model="numpy")
 def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
     """ov[s : s + n] = |x|**y for float32 bases, n <= BLOCK."""
@@ -642,40 +640,100 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # Blocks of BLOCK elements, each in two loops: log into the output and a stack buffer
     # (in L1), then exp.  In one loop, LLVM's cost model turned vectorization down (four
     # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize, 2x faster.
-    # The buffer is small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
+    # The buffers are small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
     low = stack_array(BLOCK, 0.0)
-    # The common chunk has no zero, subnormal, infinite or NaN base and no infinite or NaN
-    # exponent, so neither the subnormal scaling nor the C99 rules beyond a negative base's
-    # sign are paid per element (10M float64 ** 3.7 on one thread, Zen 4: the second loop
-    # took 2.2 ns per element with them, 1.1 without).
-    clean = _wide_bases_normal(xv) and _exponents_finite(yv, ykind)
+    tail = stack_array(BLOCK, 0.0)
+    scale = stack_array(BLOCK, 0.0)
     full = ov.size - ov.size % BLOCK
     bad = False
     for s in range(0, full, BLOCK):
-        bad |= _wide_block(xv, yv, ykind, ov, s, BLOCK, low, clean)
-    return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low, clean) or bad
+        bad |= _wide_block(xv, yv, ykind, ov, s, BLOCK, low, tail, scale)
+    return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low, tail, scale) or bad
 
 
 @helper(error_model="numpy")
-def _wide_block(xv, yv, ykind, ov, s, n, low, clean):
-    """ov[s : s + n] = x ** y for float64 bases, n <= BLOCK; whether an element was flagged."""
+def _wide_block(xv, yv, ykind, ov, s, n, low, tail, scale):
+    """ov[s : s + n] = x ** y for float64 bases, n <= BLOCK; whether an element was flagged.
+
+    The common block has no zero, subnormal, infinite or NaN base and no infinite or NaN
+    exponent, so neither the subnormal scaling nor the C99 rules beyond a negative base's sign
+    are paid per element (10M float64 ** 3.7 on one thread, Zen 4: the exp loop took 2.2 ns
+    per element with them, 1.1 without).  The loops find out as they go (the bits of |x| in
+    [2**52, 0x7FF << 52), and of |y| below 0x7FF << 52: unsigned min and max, which
+    vectorize), and only a block that has such an element is computed again with them.  (A
+    scan of each chunk first, as it came from memory and before any arithmetic, cost 4 of
+    the 37 ms of that one-thread x ** 3.7.)
+    """
     xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)
-    bad = False
-    if clean:
-        for j in range(n):
-            os[j], low[j] = log_wide_normal(xs[j])
-        for j in range(n):
-            value, ok = exp_wide_of_log(xs[j], exponent_as_f64(_at(ys, j), ykind), os[j], low[j])
-            os[j] = value
-            bad |= not ok
-        return bad
+    lo = _U64(0xFFFFFFFFFFFFFFFF)
+    hi = _U64(0)
+    for j in range(n):
+        b = f64_as_u64(xs[j]) & _F64_ABS
+        lo = int_min(lo, b)
+        hi = int_max(hi, b)
+        os[j], low[j] = log_wide_normal(xs[j])
+    if lo >= _F64_MIN_NORMAL_BITS and hi < _F64_INF_BITS:
+        bad, finite = _clean_exp(xs, ys, ykind, os, n, low, tail, scale)
+        if finite:
+            return bad
     for j in range(n):
         os[j], low[j] = log_wide(xs[j])
+    bad = False
     for j in range(n):
         value, ok = pow_wide_finish(xs[j], exponent_as_f64(_at(ys, j), ykind), os[j], low[j])
         os[j] = value
         bad |= not ok
     return bad
+
+
+def _clean_exp(xs, ys, ykind, os, n, low, tail, scale):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+@helper_overload(_clean_exp, inline="always")
+def _clean_exp_impl(xs, ys, ykind, os, n, low, tail, scale):
+    """os[j] = x ** y from log|x| = os[j] + low[j] for normal finite bases
+    (``exp_wide_of_log``); (whether an element was flagged, whether every exponent is finite:
+    if not, the results are garbage).  On AVX-512 in three loops with the same arithmetic:
+    the reduction, the table factors by permutes (``exp_factors``, where the loop LLVM
+    vectorizes gathers them), the polynomial; ``tail`` and ``scale`` are scratch."""
+    if vector_bits() != 512:
+
+        def fused(xs, ys, ykind, os, n, low, tail, scale):
+            bad = False
+            ymax = _U64(0)
+            for j in range(n):
+                y = exponent_as_f64(_at(ys, j), ykind)
+                ymax = int_max(ymax, f64_as_u64(y) & _F64_ABS)
+                value, ok = exp_wide_of_log(xs[j], y, os[j], low[j])
+                os[j] = value
+                bad |= not ok
+            return bad, ymax < _F64_INF_BITS
+
+        return fused
+
+    def split(xs, ys, ykind, os, n, low, tail, scale):
+        bad = False
+        ymax = _U64(0)
+        for j in range(n):
+            y = exponent_as_f64(_at(ys, j), ykind)
+            ymax = int_max(ymax, f64_as_u64(y) & _F64_ABS)
+            ehi, elo = times_log(y, os[j], low[j])
+            os[j], ki = exp_reduce(ehi, elo)
+            low[j] = u64_as_f64(ki)
+            bad |= not (abs(ehi) < 708.0)
+        full = n - n % 8
+        exp_factors(low, low, tail, scale, full)
+        for j in range(full, n):
+            ki = f64_as_u64(low[j])
+            low[j], tail[j] = exp_factors_at(ki)
+            scale[j] = exp_scale(ki)
+        for j in range(n):
+            m = exp_finish(os[j], low[j], tail[j], scale[j])
+            os[j] = wide_sign(xs[j], exponent_as_f64(_at(ys, j), ykind), m)
+        return bad, ymax < _F64_INF_BITS
+
+    return split
 
 
 # One kernel per class; all share the signature
