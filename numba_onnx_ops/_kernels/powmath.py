@@ -399,17 +399,17 @@ def _log_wide(ix):
     invc = u64_as_f64(((packed & _CODE_MASK) << _CODE_SHIFT) + _CODE_BASE)
     logc_hi = u64_as_f64(packed & ~_CODE_MASK)
     r = fma(z, invc, -1.0)  # exact: |r| < 2**-7 and z*invc has at most 61 bits
-    t1 = kd * LN2_HI + logc_hi  # exact (see the table)
+    t1 = fma(kd, LN2_HI, logc_hi)  # exact (see the table)
     t2 = t1 + r
-    lo1 = kd * LN2_LO + LOG_C_LO[i]
+    lo1 = fma(kd, LN2_LO, LOG_C_LO[i])
     lo2 = t1 - t2 + r  # exact: |t1| > |r| whenever t1 != 0
     ar = -0.5 * r
     ar2 = r * ar
     hi = t2 + ar2
     lo3 = fma(ar, r, -ar2)
     lo4 = t2 - hi + ar2  # exact: |t2| >> r*r/2
-    r2 = r * r
-    p = r2 * r * (_A0 + r * (_A1 + r * (_A2 + r * (_A3 + r * (_A4 + r * (_A5 + r * _A6))))))
+    q = fma(r, fma(r, fma(r, fma(r, fma(r, fma(r, _A6, _A5), _A4), _A3), _A2), _A1), _A0)
+    p = r * r * r * q
     lo = lo1 + lo2 + lo3 + lo4 + p
     y = hi + lo
     return y, hi - y + lo
@@ -418,10 +418,10 @@ def _log_wide(ix):
 @_jit
 def exp_reduce(x, xtail):
     """(r, ki) of ``_exp_wide``: x + xtail = n ln2/128 + r, n in the low bits of ``ki``."""
-    kd = x * INV_LN2N + _SHIFT
+    kd = fma(x, INV_LN2N, _SHIFT)
     ki = f64_as_u64(kd)
     kd -= _SHIFT
-    r = x - kd * LN2N_HI - kd * LN2N_LO + xtail  # first product exact, |r| <= ln2/256 + eps
+    r = fma(-kd, LN2N_LO, fma(-kd, LN2N_HI, x)) + xtail  # |r| <= ln2/256 + eps
     return r, ki
 
 
@@ -436,7 +436,7 @@ def exp_finish(r, p, plo, scale):
     """exp(r) * 2**(j/128) * 2**q from P[j] + PLO[j] = 2**(j/128) and ``scale`` = 2**q: one
     rounding (the sum; the power of two is exact for normal results)."""
     r2 = r * r
-    tmp = r + r2 * (_B0 + r * _B1) + r2 * r2 * (_B2 + r * _B3)
+    tmp = fma(r2 * r2, fma(r, _B3, _B2), fma(r2, fma(r, _B1, _B0), r))
     return scale * (p + fma(p, tmp, plo))
 
 
