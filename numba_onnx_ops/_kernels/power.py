@@ -295,10 +295,10 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
         sign = _U32(0)
         for j in range(xv.size):
             u = f32_as_u32(widen(xv[j], xkind))
-            a = u & _U32(0x7FFFFFFF)
+            a = _U32(u & _U32(0x7FFFFFFF))
             lo = int_min(lo, a)
             hi = int_max(hi, a)
-            sign |= u
+            sign = _U32(sign | u)
         signs = not signs_inline and (
             (sign & _U32(0x80000000)) != _U32(0) or lo == _U32(0) or hi > _F32_INF_BITS
         )
@@ -327,7 +327,7 @@ def _exponents_finite_impl(yv, ykind):
         def impl32(yv, ykind):
             hi = _U32(0)
             for j in range(yv.size):
-                hi = int_max(hi, f32_as_u32(yv[j]) & _U32(0x7FFFFFFF))
+                hi = int_max(hi, _U32(f32_as_u32(yv[j]) & _U32(0x7FFFFFFF)))
             return hi < _F32_INF_BITS
 
         return impl32
