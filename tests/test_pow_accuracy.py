@@ -246,3 +246,53 @@ def test_exp_factors_by_permutes_equal_the_tables():
     assert np.array_equal(by_permutes.view(np.uint64), by_tables.view(np.uint64))
     q = np.floor_divide(n, 128)
     assert np.array_equal(by_tables[2], np.ldexp(1.0, q))
+
+
+# An AVX2 CPU as numba would compile for it (LLVM's znver3, AVX-512 off).
+_AVX2_FEATURES = (
+    "+64bit,+avx,+avx2,+bmi,+bmi2,+cmov,+cx16,+cx8,+f16c,+fma,+fxsr,+lzcnt,+mmx,+movbe,"
+    "+popcnt,+sahf,+sse,+sse2,+sse3,+sse4.1,+sse4.2,+sse4a,+ssse3,+xsave"
+)
+_F64_BITS_SCRIPT = """
+import sys
+import numpy as np
+import numba_onnx_ops as noo
+from numba_onnx_ops._cpu import vector_bits
+rng = np.random.default_rng(7)
+x = np.exp2(rng.uniform(-1000, 1000, 50_000)) * rng.choice([-1.0, 1.0], 50_000)
+y = rng.uniform(-3, 3, x.size)
+y[::5] = np.round(y[::5])
+z = np.abs(x)
+z[3::997] = 0.0  # blocks that take the full path
+results = [noo.pow(x, 3.7), noo.pow(z, -0.3), noo.pow(x, y), noo.pow(z, y)]
+np.save(sys.argv[1], np.stack(results).view(np.uint64))
+print(vector_bits())
+"""
+
+
+@pytest.mark.skipif(vector_bits() != 512, reason="compares AVX-512's kernels with AVX2's")
+def test_float64_bits_do_not_depend_on_the_vector_width(tmp_path):
+    """float64 x ** y on AVX-512 looks the exp tables up by permutes, elsewhere it gathers
+    them: the same inputs give the same bits in a process that compiles for an AVX2 CPU."""
+    import os
+    import subprocess
+    import sys
+
+    def run(name, env):
+        out = tmp_path / f"{name}.npy"
+        done = subprocess.run(
+            [sys.executable, "-c", _F64_BITS_SCRIPT, str(out)],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / name), **env},
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.split()[-1], np.load(out)
+
+    bits512, wide = run("avx512", {})
+    bits256, narrow = run(
+        "avx2", {"NUMBA_CPU_NAME": "znver3", "NUMBA_CPU_FEATURES": _AVX2_FEATURES}
+    )
+    assert (bits512, bits256) == ("512", "256")
+    assert np.array_equal(wide, narrow)
