@@ -22,7 +22,7 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
 
-from .._kernels.microkernel import _fma
+from .._kernels.microkernel import vector_fma
 from .._matmul_own import vector_bits
 
 _CHAINS = 12  # accumulators: FMA latency (4 cycles) x 2 pipes, with room to spare
@@ -42,7 +42,7 @@ def _fma_chains(lanes: int):
             f32 = ir.FloatType()
             vt = ir.VectorType(f32, lanes)
             i64 = ir.IntType(64)
-            fma = _fma(builder, vt)
+            fma = vector_fma(builder, vt)
             count = context.cast(builder, args[0], signature.args[0], types.int64)
             scale = ir.Constant(vt, [0.999999] * lanes)  # the sums stay near 1: no inf, no denormal
             shift = ir.Constant(vt, [1e-6] * lanes)

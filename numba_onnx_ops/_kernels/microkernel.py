@@ -60,7 +60,7 @@ def _tile_dims(tile) -> tuple[int, int, int] | None:
     return _dims(tile, _DIM_TYPES)
 
 
-def _fma(builder, vt):
+def vector_fma(builder, vt):
     """``llvm.fma`` on the float vector type ``vt``."""
     bits = 64 if isinstance(vt.element, ir.DoubleType) else 32
     name = f"llvm.fma.v{vt.count}f{bits}"
@@ -191,7 +191,7 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
                 return builder.bitcast(builder.call(to_bf16, [acc]), c_vec)
 
         elif floating:
-            fma = _fma(builder, vt)
+            fma = vector_fma(builder, vt)
 
             def madd(x, y, acc):
                 return builder.call(fma, [x, y, acc])
@@ -315,7 +315,7 @@ def whole_products(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, la
         a_rs_, a_cs_, b_rs_, first_, last_ = (as_i64(i) for i in (2, 3, 6, 8, 9))
         vt = ir.VectorType(context.get_value_type(dtype), lanes)
         align = dtype.bitwidth // 8
-        fma = _fma(builder, vt)
+        fma = vector_fma(builder, vt)
         n = nv * lanes
 
         def const(v):

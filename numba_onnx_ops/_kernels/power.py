@@ -30,6 +30,7 @@ from .powmath import (
     cube_wide,
     exp_factors,
     exp_finish,
+    exp_in_range,
     exp_reduce,
     exp_wide_of_log,
     ipow_narrow,
@@ -715,16 +716,14 @@ def _clean_exp_impl(xs, ys, ykind, os, n, low, tail, scale):
 
         return fused
 
-    def split(xs, ys, ykind, os, n, low, tail, scale):
+    def split(xs, ys, ykind, os, n, low, tail, scale):  # ys: a scalar
         bad = False
-        ymax = _U64(0)
+        y = exponent_as_f64(ys, ykind)
         for j in range(n):
-            y = exponent_as_f64(_at(ys, j), ykind)
-            ymax = int_max(ymax, f64_as_u64(y) & _F64_ABS)
             ehi, elo = times_log(y, os[j], low[j])
             os[j], ki = exp_reduce(ehi, elo)
             low[j] = u64_as_f64(ki)
-            bad |= not (abs(ehi) < 708.0)
+            bad |= not exp_in_range(ehi)
         # Whole vectors (BLOCK is a multiple of 8): lanes past n are computed from zeros and
         # never read.
         whole = n + 7 - (n + 7) % 8
@@ -732,9 +731,8 @@ def _clean_exp_impl(xs, ys, ykind, os, n, low, tail, scale):
             low[j] = 0.0
         exp_factors(low, low, tail, scale, whole)
         for j in range(n):
-            m = exp_finish(os[j], low[j], tail[j], scale[j])
-            os[j] = wide_sign(xs[j], exponent_as_f64(_at(ys, j), ykind), m)
-        return bad, ymax < _F64_INF_BITS
+            os[j] = wide_sign(xs[j], y, exp_finish(os[j], low[j], tail[j], scale[j]))
+        return bad, _exponents_finite(ys, ykind)
 
     return split
 

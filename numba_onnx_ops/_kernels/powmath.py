@@ -37,6 +37,7 @@ from numba.extending import intrinsic
 
 from ._jit import helper
 from .half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
+from .microkernel import vector_fma
 
 _U64 = types.uint64
 _U32 = types.uint32
@@ -426,6 +427,12 @@ def exp_reduce(x, xtail):
 
 
 @_jit
+def exp_in_range(ehi):
+    """Whether ``_exp_wide`` of ``ehi`` (+ a tail) is a normal float64 (|ehi| < 708)."""
+    return abs(ehi) < 708.0
+
+
+@_jit
 def exp_scale(ki):
     """2**q for n = 128 q + j in the low bits of ``ki`` (|q| <= 1021 where it matters)."""
     return u64_as_f64(((ki & ~_EXP_MASK) << _U64(52 - EXP_BITS)) + _U64(1023 << 52))
@@ -484,9 +491,7 @@ def exp_factors(typingctx, k, p, plo, scale, n):
         permvar = cgutils.get_or_insert_function(
             module, ir.FunctionType(d8, [d8, q8]), "llvm.x86.avx512.permvar.df.512"
         )
-        fma8 = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8] * 3), "llvm.fma.v8f64"
-        )
+        fma8 = vector_fma(builder, d8)
         c_hi, c_lo, f_hi, f_lo = (
             [ir.Constant(d8, [float(v) for v in t[i : i + 8]]) for i in range(0, t.size, 8)]
             for t in EXP_FACTORS
@@ -547,7 +552,7 @@ def exp_wide_of_log(x, y, lhi, llo):
     the log of 1 is exactly 0).  A negative x takes C99's sign (``wide_sign``).  The float64
     kernel on AVX-512 runs the same steps in three loops (``power._clean_exp``)."""
     ehi, elo = times_log(y, lhi, llo)
-    return wide_sign(x, y, _exp_wide(ehi, elo)), abs(ehi) < 708.0
+    return wide_sign(x, y, _exp_wide(ehi, elo)), exp_in_range(ehi)
 
 
 @_element
@@ -573,7 +578,7 @@ def pow_wide_finish(x, y, lhi, llo):
     caller computes on a slow path."""
     a = abs(x)
     ehi, elo = times_log(y, lhi, llo)
-    finite = abs(ehi) < 708.0
+    finite = exp_in_range(ehi)
     m = _exp_wide(ehi, elo)
     # Zero, infinite base or infinite exponent: the magnitude is 0 or inf.
     big = (a > 1.0) == (y > 0.0)  # |x|**y grows without bound
