@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -246,13 +247,26 @@ def test_integer_pow_reference_follows_the_spec():
     assert _bench.checking._int_pow_reference(x, y).tolist() == expected
 
 
-def test_timing_interleaves_and_rotates_the_order():
+def test_timing_interleaves_in_a_balanced_order():
     calls = []
     funcs = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    timing = _bench.Timing(min_rounds=3, max_rounds=3, budget_s=0.0, min_sample_s=0.0, settle_s=0.0)
+    timing = _bench.Timing(min_rounds=6, max_rounds=6, budget_s=0.0, min_sample_s=0.0, settle_s=0.0)
     samples = _bench.time_interleaved(funcs, dict.fromkeys("abc", 1e-3), timing)
-    assert calls == list("abcbcacab")
-    assert all(len(s) == 3 for s in samples.values())
+    assert all(len(s) == 6 for s in samples.values())
+    rounds = [calls[i : i + 3] for i in range(0, 18, 3)]
+    assert all(sorted(r) == list("abc") for r in rounds)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5, 6])
+def test_over_a_cycle_of_rounds_each_contender_follows_each_other_equally_often(count):
+    names = [f"c{i}" for i in range(count)]
+    cycle = count if count % 2 == 0 else 2 * count
+    orders = [_bench.timing.round_order(names, r) for r in range(cycle)]
+    assert all(sorted(o) == names for o in orders)
+    places = Counter((i, name) for o in orders for i, name in enumerate(o))
+    pairs = Counter(pair for o in orders for pair in zip(o, o[1:]))
+    assert len(places) == count * count and len(set(places.values())) == 1
+    assert len(pairs) == count * (count - 1) and len(set(pairs.values())) <= 1
 
 
 def test_calls_per_sample_come_from_the_steady_rate_not_a_cold_first_call():

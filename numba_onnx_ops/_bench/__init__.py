@@ -9,8 +9,9 @@
    disagrees is reported and not timed,
 3. times the contenders interleaved (:mod:`.timing`): in each round every contender takes one
    sample (as many back-to-back calls as last a few milliseconds), after a pause that lets the
-   previous contender's worker threads stop spinning; the order rotates from round to round, and
-   the median sample per contender is kept,
+   previous contender's worker threads stop spinning; the order changes from round to round so
+   that each contender follows each other equally often, and the median sample per contender is
+   kept,
 4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
    library is faster.  ``--targets`` adds the speed-up each case aims for.  Above the table,
    the machine's limits measured after the cases (:mod:`.limits`): the float32 FMA peak and
