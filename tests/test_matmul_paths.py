@@ -618,14 +618,16 @@ def test_vector_needs_unit_column_stride(paths, rng):
 
 
 # matmul_vector: every tile of both register widths, on and around its edges.  Rows: blocks
-# of 6 or 8 (the last one clamped); columns: one or two vectors of 8 or 16 float32 (4 or 8
-# float64), the last strip shifted left; K from 1.
+# of 4, 6 or 8 (the last one clamped); columns: one, two or (AVX-512) four vectors of 8 or 16
+# float32 (4 or 8 float64), the last strip shifted left; K from 1.
 VECTOR_SHAPES = [
-    (m, n) for m in (2, 5, 6, 8, 9, 13, 17) for n in (4, 7, 8, 9, 15, 16, 17, 31, 33, 64, 70)
+    (m, n)
+    for m in (2, 5, 6, 8, 9, 13, 17)
+    for n in (4, 7, 8, 9, 15, 16, 17, 31, 33, 50, 64, 70, 100)
 ]
 
 
-@pytest.mark.parametrize("k", [1, 3, 17])
+@pytest.mark.parametrize("k", [1, 3, 17, 70])
 @pytest.mark.parametrize("dtype", [F32, F64, I64, U64], ids=str)
 def test_vector_tile_edges(paths, rng, own_floats, vector_width, no_whole, dtype, k):
     lanes = vector_width // (8 * dtype.itemsize)
