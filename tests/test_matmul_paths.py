@@ -619,7 +619,8 @@ def test_vector_needs_unit_column_stride(paths, rng):
 
 # matmul_vector: every tile of both register widths, on and around its edges.  Rows: blocks
 # of 4, 6 or 8 (the last one clamped); columns: one, two or (AVX-512) four vectors of 8 or 16
-# float32 (4 or 8 float64), the last strip shifted left; K from 1.
+# float32 (4 or 8 float64), the last strip shifted left; K from 1, and long enough for the
+# kernel to prefetch the next block's C rows (``PREFETCH_MIN_K``).
 VECTOR_SHAPES = [
     (m, n)
     for m in (2, 5, 6, 8, 9, 13, 17)
