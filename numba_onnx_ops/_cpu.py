@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import glob
 
 import numba
 from llvmlite import binding as _llvm
@@ -27,3 +28,26 @@ def vector_bits() -> int:
     if "avx2" in features and "fma" in features:
         return 256
     return 0
+
+
+_DEFAULT_CACHE_BYTES = 32 * 2**20
+_CACHES = "/sys/devices/system/cpu/cpu0/cache"
+
+
+@functools.cache
+def last_level_cache_bytes() -> int:
+    """Size of the largest data cache of the first CPU as Linux lists it (the L3 on x86-64),
+    or 32 MiB where there is no such list."""
+    sizes = []
+    for entry in glob.glob(f"{_CACHES}/index*"):
+        try:
+            with open(f"{entry}/type") as f:
+                kind = f.read().strip()
+            with open(f"{entry}/size") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        units = {"K": 2**10, "M": 2**20, "G": 2**30}
+        if kind != "Instruction" and text[:-1].isdigit() and text[-1] in units:
+            sizes.append(int(text[:-1]) * units[text[-1]])
+    return max(sizes, default=_DEFAULT_CACHE_BYTES)

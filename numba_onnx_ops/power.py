@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
+from ._cpu import last_level_cache_bytes
 from ._dtypes import BFLOAT16, FLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
 from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import power as _k
@@ -290,11 +291,14 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
     if kernel is _k.pow_general and table is None and dims[-1]:
         # one byte per task: the fix-up passes a float32/float64 chunk still needs
         flags = np.zeros(tview.size // dims[-1] * -(-dims[-1] // _k.CHUNK), np.uint8)
+    # A result as large as the last-level cache would not stay there: the classes bound by
+    # memory then write it past the caches (``_kernels.streaming``).
+    stream = target.nbytes >= last_level_cache_bytes()
     args = (
         xbuf, xorg, np.array(xs, np.int64), xkind,
         ybuf, yorg, np.array(ys, np.int64), ykind,
         tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
-        _NO_TABLE if table is None else table, flags,
+        _NO_TABLE if table is None else table, flags, stream,
     )  # fmt: skip
     launch(kernel, *args)
     if flags.size and flags.any():
