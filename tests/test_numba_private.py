@@ -4,13 +4,10 @@ stale cached machine code or break a call; the kernels fall back to numba's plai
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import numba
+from child import run_python
 
 from numba_onnx_ops import _numba_private
 
@@ -50,16 +47,8 @@ print(json.dumps({
 
 
 def _run(mode: str, cache: Path) -> dict:
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SCRIPT), mode],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.splitlines()[-1])
+    out = run_python(SCRIPT, mode, env={"NUMBA_CACHE_DIR": str(cache)})
+    return json.loads(out.splitlines()[-1])
 
 
 def _cached_files(cache: Path) -> list[str]:
@@ -130,16 +119,8 @@ def _kernel_names() -> set[str]:
 def test_only_kernels_become_machine_code(tmp_path):
     """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise turn
     each of them into machine code of its own, with Python and C wrappers, on the first call."""
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
-    done = subprocess.run(
-        [sys.executable, "-c", MACHINE_CODE_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.splitlines()[-1])
+    out = run_python(MACHINE_CODE_SCRIPT, env={"NUMBA_CACHE_DIR": str(tmp_path)})
+    result = json.loads(out.splitlines()[-1])
     assert result["pow"] and result["matmul"]
     kernels = _kernel_names()
     # numba compiles a parallel loop's body and its wrappers as functions of their own

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from child import run_python
 from oracles import (
     BF16,
     F16,
@@ -274,21 +275,12 @@ print(vector_bits())
 def test_float64_bits_do_not_depend_on_the_vector_width(tmp_path):
     """float64 x ** y on AVX-512 looks the exp tables up by permutes, elsewhere it gathers
     them: the same inputs give the same bits in a process that compiles for an AVX2 CPU."""
-    import os
-    import subprocess
-    import sys
 
     def run(name, env):
         out = tmp_path / f"{name}.npy"
-        done = subprocess.run(
-            [sys.executable, "-c", _F64_BITS_SCRIPT, str(out)],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / name), **env},
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout.split()[-1], np.load(out)
+        env = {"NUMBA_CACHE_DIR": str(tmp_path / name), **env}
+        stdout = run_python(_F64_BITS_SCRIPT, out, env=env, timeout=600)
+        return stdout.split()[-1], np.load(out)
 
     bits512, wide = run("avx512", {})
     bits256, narrow = run(

@@ -10,15 +10,14 @@ import os
 import platform
 import re
 import shutil
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
 import workload  # tests/, on the path from conftest.py
+from child import run_python
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from oracles import assert_matmul_close, assert_pow_matches
@@ -26,20 +25,6 @@ from oracles import assert_matmul_close, assert_pow_matches
 import numba_onnx_ops as nox
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-
-
-def _run_python(code: str, env: dict | None = None, timeout: float = 300) -> str:
-    full_env = dict(os.environ)
-    full_env.update(env or {})
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout
 
 
 _TESTS = str(Path(__file__).parent)
@@ -93,7 +78,7 @@ print(os.waitstatus_to_exitcode(status))
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 @pytest.mark.parametrize("layer", ["default", "omp", "workqueue"])
 def test_fork_after_parallel_kernels(layer):
-    out = _run_python(FORK_CHILD, env={"NUMBA_THREADING_LAYER": layer}, timeout=240)
+    out = run_python(FORK_CHILD, env={"NUMBA_THREADING_LAYER": layer}, timeout=240)
     assert out.strip() == "0"
 
 
@@ -108,7 +93,7 @@ with concurrent.futures.ThreadPoolExecutor(8) as pool:
 print(numba.threading_layer())
 """
     )
-    assert _run_python(code, env={"NUMBA_THREADING_LAYER": layer}).strip() == layer
+    assert run_python(code, env={"NUMBA_THREADING_LAYER": layer}).strip() == layer
 
 
 _AFFINITY = sys.platform.startswith("linux") and hasattr(os, "sched_getaffinity")
@@ -247,7 +232,7 @@ _TBB_MACHINES = {"x86_64", "AMD64"}
     platform.machine() not in _TBB_MACHINES, reason="tbb is not a dependency on this platform"
 )
 def test_default_layer_is_tbb():
-    out = _run_python(
+    out = run_python(
         """
         import numpy as np, numba, numba_onnx_ops as nox
         nox.pow(np.ones(3), 2.0)
@@ -278,7 +263,7 @@ def test_nothing_compiles_at_import():
     nox.pow(np.arange(4, dtype=np.int32), 3)
     print(json.dumps([before, nox.compiled_specializations()]))
     """
-    before, after = json.loads(_run_python(code))
+    before, after = json.loads(run_python(code))
     assert before == {}
     assert after.get("numba_onnx_ops._kernels.power.pow_cube", 0) >= 1, after
 
@@ -298,7 +283,7 @@ workload.check(0, names=workload.FEW)
 print("ok")
 """
     )
-    assert _run_python(code, timeout=600).strip() == "ok"
+    assert run_python(code, timeout=600).strip() == "ok"
 
 
 def test_cache_follows_every_kernel_source(tmp_path):
@@ -319,7 +304,7 @@ def test_cache_follows_every_kernel_source(tmp_path):
     env = {"NUMBA_CACHE_DIR": str(tmp_path / "cache")}
 
     def run() -> list[str]:
-        where, hits, misses = _run_python(code, env).split()
+        where, hits, misses = run_python(code, env=env).split()
         assert where.startswith(str(copy))
         return [hits, misses]
 
