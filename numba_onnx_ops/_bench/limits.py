@@ -4,8 +4,9 @@
   multiply-adds (``llvm.fma`` on 16 lanes with AVX-512, 8 with AVX2), as many as keep both FMA
   pipes busy, on registers only.  No MatMul can run faster than this.
 - A copy: ``numpy.copyto`` of a 10M-element float32 array (the size of the Pow cases) into a warm
-  destination, in bytes moved (read plus written) per second: what any memory-bound elementwise
-  kernel is bounded by.
+  destination, in bytes moved (read plus written) per second: the pace of a memory-bound
+  elementwise kernel with plain stores.  (One that writes past the caches, as this library's
+  largest squares do, skips reading the destination first and can beat it.)
 
 Both are medians of a few runs; like every figure of the comparison, they move with what else
 the machine runs.
