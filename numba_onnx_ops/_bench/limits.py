@@ -6,7 +6,8 @@
 - A copy: ``numpy.copyto`` of a 10M-element float32 array (the size of the Pow cases) into a warm
   destination, in bytes moved (read plus written) per second: the pace of a memory-bound
   elementwise kernel with plain stores.  (One that writes past the caches, as this library's
-  largest squares do, skips reading the destination first and can beat it.)
+  memory-bound powers do for results larger than the L3, skips reading the destination first
+  and can beat it.)
 
 Both are medians of a few runs; like every figure of the comparison, they move with what else
 the machine runs.

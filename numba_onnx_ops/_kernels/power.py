@@ -53,7 +53,16 @@ from .powmath import (
 )
 from .schedule import call_state, spread
 from .stack import stack_array
-from .streaming import LINE, line_misalignment, power_line, store_fence
+from .streaming import (
+    CUBE_LINE,
+    LINE,
+    RECIP_LINE,
+    SQRT_LINE,
+    SQUARE_LINE,
+    line_misalignment,
+    power_line,
+    store_fence,
+)
 
 _U8 = types.uint8
 _U32 = types.uint32
@@ -459,47 +468,52 @@ def _task(
         return
     xv = _chunk(x, xo, inner_x, n)
     yv = _chunk(y, yo, inner_y, n)
-    if stream and _apply_streaming(op, xv, xkind, out, oo):
+    if stream and _apply_streaming(op, xv, xkind, yv, ykind, out, oo, imin):
         return
     bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
     signs, flagged = _scan_flagged(op, xv, xkind, yv, ykind)
     _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged, flags, task)
 
 
-def _apply_streaming(op, xv, xkind, out, oo):
+def _apply_streaming(op, xv, xkind, yv, ykind, out, oo, imin):
     raise NotImplementedError  # pragma: no cover - overloaded below
 
 
 @helper_overload(_apply_streaming, error_model="numpy")
-def _apply_streaming_impl(op, xv, xkind, out, oo):
+def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
     """``out[oo : oo + n]`` = the chunk's results, its whole cache lines written by non-temporal
-    stores (see ``streaming``), one line's worth of elements a step, read, multiplied and
-    stored.  For squares of float32/float64 and integers and cubes of integers, the classes
-    bound by memory whose results are the products in the base's own arithmetic.  Returns True,
-    or False, doing nothing, for every other class and type (and for a result at an address
-    that is not a whole number of elements).
+    stores (see ``streaming``), one line's worth of elements a step, read, computed and
+    stored.  For the classes bound by memory whose results are one IEEE operation or wrapping
+    products in the base's own type: squares and, of float32/float64, square roots and
+    reciprocals; cubes of integers.  Returns True, or False, doing nothing, for every other
+    class and type (and for a result at an address that is not a whole number of elements).
 
     10M elements on 2 threads (Zen 4), one process, medians of 21, plain stores -> these:
-    float32 x ** 2 3.00 -> 2.32 ms, int32 x ** 3 2.68 -> 2.20, int64 x ** 3 5.69 -> 4.21,
-    float32 x ** int64 2 3.15 -> 2.42.  Computing a block into a buffer in L1 and then copying
-    it out by non-temporal stores gained almost nothing (a prototype: plain 2.58 ms, buffered
-    2.43-2.78, stored as computed 2.09-2.18): the stores then come in bursts, no loads among
-    them.  Square roots and reciprocals (one IEEE operation each) gained as much (float32
-    x ** 0.5 3.21 -> 2.28 ms, x ** -1 3.26 -> 2.60) but took 0.3 s more to compile on their
-    first call (medians of five: 2.26 -> 2.55 s), a price every user pays for a gain only on
-    results larger than the L3: they store plainly.
+    float32 x ** 2 3.00 -> 2.32 ms, x ** 0.5 3.21 -> 2.28, x ** -1 3.26 -> 2.60, x ** int64 2
+    3.15 -> 2.42; float64 x ** 0.5 5.59 -> 4.47; int32 x ** 3 2.68 -> 2.20, int64 5.69 -> 4.21.
+    Computing a block into a buffer in L1 and then copying it out by non-temporal stores gained
+    almost nothing (a prototype: plain 2.58 ms, buffered 2.43-2.78, stored as computed
+    2.09-2.18): the stores then come in bursts, no loads among them.  The price is 0.3-0.5 s
+    more on a class's first compile (float32 x ** 2, medians of five: 2.16 -> 2.61 s; the line
+    loop's partial ends taken through the vector code instead cost as much), paid once per
+    machine: the kernels stay in numba's on-disk cache.
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
-    squares = op.literal_value == SQUARE and xv.dtype in (types.float32, types.float64)
-    integer = isinstance(xv.dtype, types.Integer) and op.literal_value in (SQUARE, CUBE)
-    if not (squares or integer) or xv.dtype != out.dtype:
-        return lambda op, xv, xkind, out, oo: False
-    power = 2 if op.literal_value == SQUARE else 3
+    code = op.literal_value
+    line_op = None
+    if xv.dtype != out.dtype:
+        pass
+    elif xv.dtype in (types.float32, types.float64):
+        line_op = {SQUARE: SQUARE_LINE, SQRT: SQRT_LINE, RECIP: RECIP_LINE}.get(code)
+    elif isinstance(xv.dtype, types.Integer) and xv.dtype != types.uint16:  # (half bits)
+        line_op = {SQUARE: SQUARE_LINE, CUBE: CUBE_LINE}.get(code)
+    if line_op is None:
+        return lambda op, xv, xkind, yv, ykind, out, oo, imin: False
     item = xv.dtype.bitwidth // 8
     per = LINE // item
 
-    def impl(op, xv, xkind, out, oo):
+    def impl(op, xv, xkind, yv, ykind, out, oo, imin):
         off = line_misalignment(out, oo)
         if xkind != NATIVE or off % item != 0:  # (half-type bits are uint16 too)
             return False
@@ -509,13 +523,13 @@ def _apply_streaming_impl(op, xv, xkind, out, oo):
         tail = head + lines * per
         for k in range(lines):
             j = head + k * per
-            power_line(xv, j, out, oo + j, power)
+            power_line(xv, j, out, oo + j, line_op)
         # the partial lines at either end: plain stores (a loop of its own, not ``_apply``,
         # whose two more inlined copies took 0.5 s more to compile)
         for i in range(n - tail + head):
             j = i if i < head else tail + i - head
-            v = xv[j] * xv[j]
-            out[oo + j] = v * xv[j] if power == 3 else v
+            value, _ = pow_element(op, xv[j], _at(yv, j), ykind, imin)
+            out[oo + j] = narrow(value, xkind, out)
         store_fence()
         return True
 

@@ -1,10 +1,10 @@
 """Results too large for the caches, written past them with non-temporal stores.
 
 A plain store to a line that is not in the cache first reads the line from memory (a read for
-ownership), so a result written once costs its bytes twice in memory traffic, and a memory-bound
-kernel (x ** 2, integer cubes) runs at two thirds of what the memory could do.  A non-temporal
-store writes a whole 64-byte line without reading it; the line is not kept in the caches,
-which only pays when the result would not have stayed there anyway.
+ownership), so a result written once costs its bytes twice in memory traffic, and a
+memory-bound kernel (x ** 2, x ** 0.5, integer cubes) runs at two thirds of what the memory
+could do.  A non-temporal store writes a whole 64-byte line without reading it; the line is not
+kept in the caches, which only pays when the result would not have stayed there anyway.
 """
 
 from __future__ import annotations
@@ -35,42 +35,64 @@ def line_misalignment(typingctx, arr, index):
     return types.int64(arr, index), codegen
 
 
+# What ``power_line`` computes: C99's ``pow(x, y)`` for y = 2, 3, 0.5 and -1, as one IEEE
+# operation (or two multiplications) in the base's own arithmetic.
+SQUARE_LINE, CUBE_LINE, SQRT_LINE, RECIP_LINE = range(4)
+
+
 @intrinsic
-def power_line(typingctx, x, xi, out, oi, power):
+def power_line(typingctx, x, xi, out, oi, op):
     """The ``LINE`` bytes of ``out`` from element ``oi`` (a line-aligned address) =
-    ``x[xi + j] ** power`` for each of their elements, read from ``x`` at any address and written
-    by one non-temporal store.  ``power`` is a literal 2 or 3; the products are ``x``'s own
-    arithmetic (integers wrap; floats only square, a single rounding)."""
+    ``pow(x[xi + j], y)`` for each of their elements, read from ``x`` at any address and written
+    by one non-temporal store.  ``op`` (a literal) picks y: ``SQUARE_LINE`` (integers wrap,
+    floats round once), ``CUBE_LINE`` (integers only: two float roundings would not be one),
+    ``SQRT_LINE`` (IEEE sqrt, with C99's +0 for -0 and +inf for -inf) or ``RECIP_LINE``
+    (``1 / x``), the last two for floats only."""
     if not (isinstance(x, types.Array) and isinstance(out, types.Array) and x.dtype == out.dtype):
         return None
-    if not (isinstance(power, types.IntegerLiteral) and power.literal_value in (2, 3)):
+    if not isinstance(op, types.IntegerLiteral):
         return None
-    if not isinstance(x.dtype, (types.Float, types.Integer)):
+    code = op.literal_value
+    if isinstance(x.dtype, types.Float):
+        if code not in (SQUARE_LINE, SQRT_LINE, RECIP_LINE):
+            return None
+    elif not (isinstance(x.dtype, types.Integer) and code in (SQUARE_LINE, CUBE_LINE)):
         return None
     floating = isinstance(x.dtype, types.Float)
-    if floating and power.literal_value != 2:
-        return None
 
     def codegen(context, builder, signature, args):
         item = context.get_abi_sizeof(context.get_data_type(x.dtype))
-        vt = ir.VectorType(context.get_value_type(x.dtype), LINE // item)
+        ft = context.get_value_type(x.dtype)
+        vt = ir.VectorType(ft, LINE // item)
 
         def pointer(i, j):
             data = context.make_array(signature.args[i])(context, builder, args[i]).data
             index = context.cast(builder, args[j], signature.args[j], types.int64)
             return builder.bitcast(builder.gep(data, [index]), vt.as_pointer())
 
+        def splat(value):
+            return ir.Constant(vt, [ir.Constant(ft, value)] * vt.count)
+
         v = builder.load(pointer(0, 1), align=item)
         mul = builder.fmul if floating else builder.mul
-        r = mul(v, v)
-        if power.literal_value == 3:
-            r = mul(r, v)
+        if code == SQUARE_LINE:
+            r = mul(v, v)
+        elif code == CUBE_LINE:
+            r = mul(mul(v, v), v)
+        elif code == RECIP_LINE:
+            r = builder.fdiv(splat(1.0), v)
+        else:
+            name = f"llvm.sqrt.v{vt.count}f{8 * item}"
+            sqrt = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt]), name)
+            r = builder.fadd(builder.call(sqrt, [v]), splat(0.0))  # -0 -> +0
+            minus_inf = builder.fcmp_ordered("==", v, splat(float("-inf")))
+            r = builder.select(minus_inf, splat(float("inf")), r)
         store = builder.store(r, pointer(2, 3), align=LINE)
         flag = builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
         store.set_metadata("nontemporal", flag)
         return context.get_dummy_value()
 
-    return types.void(x, xi, out, oi, power), codegen
+    return types.void(x, xi, out, oi, op), codegen
 
 
 @intrinsic
