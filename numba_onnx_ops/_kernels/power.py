@@ -60,6 +60,7 @@ from .streaming import (
     SQRT_LINE,
     SQUARE_LINE,
     line_misalignment,
+    line_ops,
     power_line,
     store_fence,
 )
@@ -479,6 +480,9 @@ def _apply_streaming(op, xv, xkind, yv, ykind, out, oo, imin):
     raise NotImplementedError  # pragma: no cover - overloaded below
 
 
+_LINE_OPS = {SQUARE: SQUARE_LINE, CUBE: CUBE_LINE, SQRT: SQRT_LINE, RECIP: RECIP_LINE}
+
+
 @helper_overload(_apply_streaming, error_model="numpy")
 def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
     """``out[oo : oo + n]`` = the chunk's results, its whole cache lines written by non-temporal
@@ -500,22 +504,17 @@ def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
-    code = op.literal_value
-    line_op = None
-    if xv.dtype != out.dtype:
-        pass
-    elif xv.dtype in (types.float32, types.float64):
-        line_op = {SQUARE: SQUARE_LINE, SQRT: SQRT_LINE, RECIP: RECIP_LINE}.get(code)
-    elif isinstance(xv.dtype, types.Integer) and xv.dtype != types.uint16:  # (half bits)
-        line_op = {SQUARE: SQUARE_LINE, CUBE: CUBE_LINE}.get(code)
-    if line_op is None:
+    line_op = _LINE_OPS.get(op.literal_value)
+    # (uint16 bases are half-type bits: no Pow version takes uint16 X)
+    native = xv.dtype == out.dtype and xv.dtype != types.uint16
+    if not native or line_op not in line_ops(xv.dtype):
         return lambda op, xv, xkind, yv, ykind, out, oo, imin: False
     item = xv.dtype.bitwidth // 8
     per = LINE // item
 
     def impl(op, xv, xkind, yv, ykind, out, oo, imin):
         off = line_misalignment(out, oo)
-        if xkind != NATIVE or off % item != 0:  # (half-type bits are uint16 too)
+        if off % item != 0:
             return False
         n = xv.size
         head = int_min(n, ((LINE - off) % LINE) // item)

@@ -40,6 +40,15 @@ def line_misalignment(typingctx, arr, index):
 SQUARE_LINE, CUBE_LINE, SQRT_LINE, RECIP_LINE = range(4)
 
 
+def line_ops(dtype: types.Type) -> tuple[int, ...]:
+    """The operations ``power_line`` has for elements of numba type ``dtype``."""
+    if dtype in (types.float32, types.float64):
+        return SQUARE_LINE, SQRT_LINE, RECIP_LINE
+    if isinstance(dtype, types.Integer):
+        return SQUARE_LINE, CUBE_LINE
+    return ()
+
+
 @intrinsic
 def power_line(typingctx, x, xi, out, oi, op):
     """The ``LINE`` bytes of ``out`` from element ``oi`` (a line-aligned address) =
@@ -50,14 +59,9 @@ def power_line(typingctx, x, xi, out, oi, op):
     (``1 / x``), the last two for floats only."""
     if not (isinstance(x, types.Array) and isinstance(out, types.Array) and x.dtype == out.dtype):
         return None
-    if not isinstance(op, types.IntegerLiteral):
+    if not (isinstance(op, types.IntegerLiteral) and op.literal_value in line_ops(x.dtype)):
         return None
     code = op.literal_value
-    if isinstance(x.dtype, types.Float):
-        if code not in (SQUARE_LINE, SQRT_LINE, RECIP_LINE):
-            return None
-    elif not (isinstance(x.dtype, types.Integer) and code in (SQUARE_LINE, CUBE_LINE)):
-        return None
     floating = isinstance(x.dtype, types.Float)
 
     def codegen(context, builder, signature, args):
