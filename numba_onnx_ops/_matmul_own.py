@@ -8,8 +8,7 @@ import numba
 import numpy as np
 
 from ._broadcast import batch_offsets, flat_buffer
-from ._cpu import cpu_features as _cpu_features
-from ._cpu import vector_bits
+from ._cpu import cpu_features, vector_bits
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
@@ -73,7 +72,7 @@ def run(a, b, batch, m, n, k, target) -> None:
 def vector_int64() -> bool:
     """Whether 64-bit integer products take the micro-kernel: only with AVX-512DQ's vpmullq
     (without it LLVM builds each 64-bit product from three 32-bit multiplies)."""
-    return vector_bits() == 512 and "avx512dq" in _cpu_features()
+    return vector_bits() == 512 and "avx512dq" in cpu_features()
 
 
 # Register blocks (MR rows, NV vectors of columns) of the micro-kernel by register file.  MR
