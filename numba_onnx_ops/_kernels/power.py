@@ -38,6 +38,7 @@ from .powmath import (
     log_wide_normal,
     narrow_exp2,
     narrow_log_term,
+    narrow_sign_factors,
     pow_by_squaring,
     pow_narrow_abs,
     pow_narrow_needs_libm,
@@ -71,6 +72,7 @@ _I64 = types.int64
 _U64 = types.uint64
 _F32_INF_BITS = _U32(0x7F800000)
 _F32_MIN_NORMAL_BITS = _U32(0x00800000)
+_F32_SIGN_BIT = _U32(0x80000000)
 _F64_ABS = _U64(0x7FFFFFFFFFFFFFFF)
 _F64_INF_BITS = _U64(0x7FF << 52)
 _F64_MIN_NORMAL_BITS = _U64(1 << 52)
@@ -312,7 +314,7 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
             hi = int_max(hi, a)
             sign = _U32(sign | u)
         signs = not signs_inline and (
-            (sign & _U32(0x80000000)) != _U32(0) or lo == _U32(0) or hi > _F32_INF_BITS
+            (sign & _F32_SIGN_BIT) != _U32(0) or lo == _U32(0) or hi > _F32_INF_BITS
         )
         flagged = lo < _F32_MIN_NORMAL_BITS or hi >= _F32_INF_BITS
         return signs, flagged or not _exponents_finite(yv, ykind)
@@ -581,11 +583,20 @@ def _scalar_signs(xv, y, ov):
     task while it is in cache (``pow_fixup`` would read it all again: 10M float32 ** 3.7 with
     half the bases negative took 1.37 times as long as with positive ones, 1.1-1.2 with this).
     The rules are ``pow_narrow_sign``'s, whose tests on y the scalar exponent makes loop
-    invariants.  False, doing nothing, for other exponents (``pow_fixup`` then runs)."""
+    invariants (``narrow_sign_factors``), applied in float32: a zero base's result is 0 (y > 0),
+    a negative base's is multiplied by its factor, exactly.  (Through ``pow_narrow_sign`` in
+    float64, widening each base and result, the pass took 3.5 of the 19 ms of 10M float32
+    ** 3.7 with half the bases negative on one Zen 4 core.)  False, doing nothing, for other
+    exponents (``pow_fixup`` then runs)."""
     if not (y > 0.0 and y < math.inf):
         return False
+    zero_factor, factor = narrow_sign_factors(y)
     for j in range(ov.size):
-        ov[j] = np.float32(pow_narrow_sign(types.float64(xv[j]), y, types.float64(ov[j])))
+        x = xv[j]
+        zero = x == np.float32(0.0)
+        m = np.float32(0.0) if zero else ov[j]
+        f = zero_factor if zero else factor
+        ov[j] = m * f if f32_as_u32(x) >= _F32_SIGN_BIT else m
     return True
 
 

@@ -351,6 +351,15 @@ def pow_narrow_sign(x, y, m):
 
 
 @_jit
+def narrow_sign_factors(y):
+    """``pow_narrow_sign``'s factors for a finite y as float32: (for a zero base, for any other
+    negative one).  With them, a float32 loop over one scalar y applies its rules in float32
+    lanes, without widening each element (``power._scalar_signs``)."""
+    odd = np.float32(-1.0) if _is_odd(y) else np.float32(1.0)
+    return odd, odd if _is_int(y) else np.float32(_NAN)
+
+
+@_jit
 def pow_narrow_needs_libm(x, y):
     """The elements ``pow_narrow_abs`` leaves to libm: x or y infinite or NaN, x subnormal."""
     a = abs(x)
