@@ -207,6 +207,29 @@ def test_cases_cover_both_target_tables():
     ]
 
 
+def _timed_rows(times: dict[str, float]) -> list[_bench.Row]:
+    ours = _bench.OURS
+    return [
+        _bench.Row(case, "full", times={ours: times[case.name]}, status={ours: "ok"})
+        for case in _bench.CASES
+        if case.name in times
+    ]
+
+
+@pytest.mark.parametrize(("slowest", "met"), [(1.25, "yes"), (1.35, "no")])
+def test_targets_report_the_spread_of_our_times_over_distributions(slowest, met):
+    (spread,) = [s for s in _bench.SPREADS if s.cases[0] == "pow-f32-e3.7"]
+    times = dict.fromkeys(spread.cases, 8e-3)
+    times[spread.cases[-1]] = 8e-3 * slowest
+    times[spread.cases[1]] = 8e-3 * 1.1
+    table = _bench.format_table(_timed_rows(times), targets=True)
+    (line,) = [line for line in table.splitlines() if "spread" in line]
+    assert f"slowest / fastest {slowest:.2f}, target <= {spread.limit:g}, met: {met}" in line
+    assert "spread" not in _bench.format_table(_timed_rows(times))  # a developer's view only
+    del times[spread.cases[1]]
+    assert "spread" not in _bench.format_table(_timed_rows(times), targets=True)
+
+
 # --------------------------------------------------------------------------------------------
 # The agreement check catches wrong results
 

@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from .cases import CASES, DEMO_CASES, TINY_DIM, Case, make_inputs, select_cases
+from .cases import CASES, DEMO_CASES, SPREADS, TINY_DIM, Case, Spread, make_inputs, select_cases
 from .checking import POW_ULPS, check
 from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
 from .limits import limits_line
@@ -50,11 +50,13 @@ __all__ = [
     "PEERS",
     "POW_ULPS",
     "SIZES",
+    "SPREADS",
     "TIMINGS",
     "TINY_DIM",
     "UPCAST",
     "Case",
     "Row",
+    "Spread",
     "Timing",
     "Unavailable",
     "check",

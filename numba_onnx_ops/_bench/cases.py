@@ -138,6 +138,26 @@ BASES = {
     "negative": lambda rng, n: rng.uniform(-4.0, 4.0, n),
 }
 
+
+@dataclass(frozen=True)
+class Spread:
+    """A target on our own times alone: over ``cases``, which differ only in how their inputs
+    are distributed, the slowest median is at most ``limit`` times the fastest (shown by
+    ``bench --targets`` when all of them ran)."""
+
+    name: str
+    cases: tuple[str, ...]
+    limit: float
+
+
+SPREADS = tuple(
+    Spread(
+        f"{dtype} ^ 3.7 over bases", (f"pow-{t}-e3.7", *(f"pow-{b}-{t}-e3.7" for b in BASES)), 1.3
+    )
+    for t, dtype in (("f32", "float32"), ("f64", "float64"))
+)
+
+
 #: The short comparison of the main job (``python -m numba_onnx_ops``): one case per kind of
 #: kernel, so that it stays well under a minute with compilation.
 DEMO_CASES = (

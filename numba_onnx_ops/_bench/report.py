@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
+from .cases import SPREADS
 from .contenders import CONTENDERS, OURS
 
 if TYPE_CHECKING:
@@ -155,7 +156,27 @@ def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
         notes.append(
             "- target in parentheses: not the target's shapes (or --size tiny), so no verdict"
         )
+    if targets:
+        notes += spread_lines(rows)
     return notes
+
+
+def spread_lines(rows: Sequence[Row]) -> list[str]:
+    """One line per :data:`~.cases.SPREADS` target whose cases all ran (judged, with a time of
+    ours): our slowest median over the fastest, the limit, and whether it holds."""
+    ours = {row.case.name: row.times[OURS] for row in rows if row.judged and OURS in row.times}
+    lines = []
+    for spread in SPREADS:
+        if not all(name in ours for name in spread.cases):
+            continue
+        times = [ours[name] for name in spread.cases]
+        ratio = max(times) / min(times)
+        met = "yes" if ratio <= spread.limit else "no"
+        lines.append(
+            f"- spread of our times, {spread.name} ({', '.join(spread.cases)}): slowest / fastest"
+            f" {ratio:.2f}, target <= {spread.limit:g}, met: {met}"
+        )
+    return lines
 
 
 def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
