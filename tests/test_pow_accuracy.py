@@ -22,6 +22,8 @@ The slow test sweeps every float32 bit pattern for one general exponent.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from child import run_python
@@ -247,6 +249,63 @@ def test_exp_factors_by_permutes_equal_the_tables():
     assert np.array_equal(by_permutes.view(np.uint64), by_tables.view(np.uint64))
     q = np.floor_divide(n, 128)
     assert np.array_equal(by_tables[2], np.ldexp(1.0, q))
+
+
+@functools.cache
+def _narrow_exp2_kernel():
+    from numba import njit
+
+    from numba_onnx_ops._kernels import powmath
+
+    @njit
+    def run(t, out, n):
+        powmath.narrow_exp2_vectors(t, out, n)
+
+    return run
+
+
+def _narrow_exp2(t: np.ndarray, out: np.ndarray, n: int) -> None:
+    _narrow_exp2_kernel()(t, out, n)
+
+
+@pytest.mark.skipif(vector_bits() != 512, reason="the permute lookup is AVX-512's")
+@pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
+def test_float32_exp_vectors_end_without_a_scalar_tail(dtype, rng):
+    """float32 bases' 2**t on AVX-512 runs 8 lanes at a time, the last n % 8 elements of a
+    block masked: each element gets the bits it gets in a full vector, and nothing past n is
+    read or written."""
+    t = rng.uniform(-200.0, 200.0, 64)
+    whole = np.empty(t.size, dtype)
+    _narrow_exp2(t, whole, t.size)
+    for n in range(1, 26):
+        out = np.full(t.size, -1.0, dtype)
+        _narrow_exp2(t[:n].copy(), out, n)  # a copy: no element of t past n to read
+        assert np.array_equal(out[:n].view(np.uint8), whole[:n].view(np.uint8)), n
+        assert (out[n:] == -1.0).all(), n
+
+
+@pytest.mark.skipif(vector_bits() != 512, reason="the permute lookup is AVX-512's")
+def test_float32_exp_by_table_is_accurate(rng):
+    """float32 bases' 2**t on AVX-512 (a table of 2**(j/16) read by permutes): within 2**-51
+    of 2**t (mpmath at 100 bits), over |t| <= 200, every table index next to every power of
+    two and the points where the index changes; the table holds 2**(j/16) correctly
+    rounded."""
+    mpmath = pytest.importorskip("mpmath")
+    from numba_onnx_ops._kernels import powmath
+
+    n = np.arange(-200 * 16, 200 * 16 + 1)
+    t = np.concatenate([rng.uniform(-200.0, 200.0, 5_000), n / 16, (n + 0.5) / 16])
+    t = np.clip(np.concatenate([t, np.nextafter(t, np.inf), np.nextafter(t, -np.inf)]), -200, 200)
+    out = np.empty_like(t)
+    _narrow_exp2(t, out, t.size)
+    with mpmath.workprec(100):
+        for j in range(16):
+            assert powmath.EXP2_16[j] == float(mpmath.power(2, mpmath.mpf(j) / 16))
+        worst = max(
+            abs(mpmath.mpf(float(r)) / mpmath.power(2, mpmath.mpf(float(v))) - 1)
+            for v, r in zip(t, out, strict=True)
+        )
+    assert worst <= mpmath.mpf(2) ** -51, float(mpmath.log(worst, 2))
 
 
 # An AVX2 CPU as numba would compile for it (LLVM's znver3, AVX-512 off).

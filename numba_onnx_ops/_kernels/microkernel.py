@@ -67,7 +67,7 @@ def vector_fma(builder, vt):
     return cgutils.get_or_insert_function(builder.module, ir.FunctionType(vt, [vt] * 3), name)
 
 
-def _splat(builder, x, vt):
+def vector_splat(builder, x, vt):
     """The scalar ``x`` in every lane of ``vt`` (insertelement and shufflevector: one
     broadcast, from memory where ``x`` was just loaded)."""
     undef = ir.Constant(vt, ir.Undefined)
@@ -235,7 +235,7 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
         new = []
         for r in range(mr):
             x = builder.load(builder.gep(arows[r], [ak]), align=align)
-            xs = _splat(builder, x, vt)
+            xs = vector_splat(builder, x, vt)
             for v in range(nv):
                 new.append(madd(xs, bvecs[v], accs[r * nv + v]))
         k1 = builder.add(k, ir.Constant(i64, 1))
@@ -401,7 +401,7 @@ def whole_products(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, la
             ak = builder.mul(const(kk), a_cs_)
             for r in range(m):
                 x = builder.load(builder.gep(arows[r], [ak]), align=align)
-                xs = _splat(builder, x, vt)
+                xs = vector_splat(builder, x, vt)
                 for v in range(nv):
                     prev = acc[r][v] if kk else ir.Constant(vt, None)
                     acc[r][v] = builder.call(fma, [xs, bvecs[v], prev])

