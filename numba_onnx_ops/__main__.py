@@ -108,6 +108,9 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         )
     start = time.perf_counter()
     rows = _bench.run_comparison(cases, args.size, progress=say)
+    spreads = {}
+    if args.targets and args.size != "tiny":
+        spreads = _bench.run_spreads(rows, progress=say)
     if args.size != "tiny":  # tiny times mean nothing, nor would the limits
         say("measuring the machine's limits")
         env["limits"] = _bench.measure_limits()
@@ -118,12 +121,14 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
     print(_bench.format_table(rows, targets=args.targets))
+    for line in _bench.spread_lines(spreads):
+        print(line)
     say(f"\n{len(rows)} cases in {time.perf_counter() - start:.0f} s")
     if args.csv:
         _bench.write_csv(rows, args.csv, targets=args.targets)
         say(f"wrote {args.csv}")
     if args.json:
-        _bench.write_json(rows, args.json, env, targets=args.targets)
+        _bench.write_json(rows, args.json, env, targets=args.targets, spreads=spreads)
         say(f"wrote {args.json}")
     if args.plot:
         _bench.plot(rows, args.plot, env, targets=args.targets)

@@ -20,6 +20,7 @@ from oracles import pow_float_exact, round_to_format
 
 from numba_onnx_ops import _bench
 from numba_onnx_ops.__main__ import _parser, main
+from numba_onnx_ops._bench import runner
 
 # The asv suite is the top-level benchmarks/ package, next to tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -207,27 +208,36 @@ def test_cases_cover_both_target_tables():
     ]
 
 
-def _timed_rows(times: dict[str, float]) -> list[_bench.Row]:
-    ours = _bench.OURS
-    return [
-        _bench.Row(case, "full", times={ours: times[case.name]}, status={ours: "ok"})
-        for case in _bench.CASES
-        if case.name in times
-    ]
-
-
 @pytest.mark.parametrize(("slowest", "met"), [(1.25, "yes"), (1.35, "no")])
 def test_targets_report_the_spread_of_our_times_over_distributions(slowest, met):
     (spread,) = [s for s in _bench.SPREADS if s.cases[0] == "pow-f32-e3.7"]
-    times = dict.fromkeys(spread.cases, 8e-3)
-    times[spread.cases[-1]] = 8e-3 * slowest
-    times[spread.cases[1]] = 8e-3 * 1.1
-    table = _bench.format_table(_timed_rows(times), targets=True)
-    (line,) = [line for line in table.splitlines() if "spread" in line]
+    medians = dict.fromkeys(spread.cases, 8e-3)
+    medians[spread.cases[-1]] = 8e-3 * slowest
+    medians[spread.cases[1]] = 8e-3 * 1.1
+    (line,) = _bench.spread_lines({spread: medians})
     assert f"slowest / fastest {slowest:.2f}, target <= {spread.limit:g}, met: {met}" in line
-    assert "spread" not in _bench.format_table(_timed_rows(times))  # a developer's view only
-    del times[spread.cases[1]]
-    assert "spread" not in _bench.format_table(_timed_rows(times), targets=True)
+
+
+def test_spread_cases_are_timed_together(monkeypatch):
+    # Cases of one spread target are timed again in the same rounds (a machine busier during
+    # one case than during another must not show as a spread); with a case missing, not at all.
+    cases = tuple(
+        _bench.Case(f"pow-{b}", "Pow", ("float32", "float32"), ((4096,), ()), 1.0, 3.7, bases=b)
+        for b in ("near1", "wide")
+    )
+    spread = _bench.Spread("float32 ^ 3.7", tuple(c.name for c in cases), 1.3)
+    quick = _bench.Timing(2, 2, budget_s=0.0, min_sample_s=0.0, settle_s=0.0, min_pause_s=0.0)
+    monkeypatch.setattr(runner, "CASES", cases)
+    monkeypatch.setattr(runner, "SPREADS", (spread,))
+    monkeypatch.setattr(runner, "TIMINGS", {"full": quick})
+    ours = _bench.OURS
+    rows = [_bench.Row(c, "full", times={ours: 1.0}, status={ours: "ok"}) for c in cases]
+    calls = []
+    monkeypatch.setattr(runner, "time_interleaved", lambda funcs, *a: calls.append(list(funcs))
+                        or {name: [1e-3, 2e-3, 3e-3] for name in funcs})  # fmt: skip
+    assert runner.run_spreads(rows) == {spread: dict.fromkeys(spread.cases, 2e-3)}
+    assert calls == [list(spread.cases)]  # one interleaved timing of all of them
+    assert runner.run_spreads(rows[:1]) == {}
 
 
 # --------------------------------------------------------------------------------------------

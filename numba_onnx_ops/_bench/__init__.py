@@ -33,11 +33,12 @@ from .report import (
     environment_line,
     format_table,
     row_record,
+    spread_lines,
     stderr_progress,
     write_csv,
     write_json,
 )
-from .runner import Row, run_case, run_comparison
+from .runner import Row, run_case, run_comparison, run_spreads
 from .timing import SIZES, TIMINGS, Timing, steady_call_time, time_interleaved, wait_until_idle
 
 __all__ = [
@@ -71,7 +72,9 @@ __all__ = [
     "row_record",
     "run_case",
     "run_comparison",
+    "run_spreads",
     "select_cases",
+    "spread_lines",
     "stderr_progress",
     "steady_call_time",
     "time_interleaved",

@@ -8,14 +8,14 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
 import numpy as np
 
 from .. import __version__
-from .cases import SPREADS
+from .cases import Spread
 from .contenders import CONTENDERS, OURS
 
 if TYPE_CHECKING:
@@ -156,25 +156,20 @@ def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
         notes.append(
             "- target in parentheses: not the target's shapes (or --size tiny), so no verdict"
         )
-    if targets:
-        notes += spread_lines(rows)
     return notes
 
 
-def spread_lines(rows: Sequence[Row]) -> list[str]:
-    """One line per :data:`~.cases.SPREADS` target whose cases all ran (judged, with a time of
-    ours): our slowest median over the fastest, the limit, and whether it holds."""
-    ours = {row.case.name: row.times[OURS] for row in rows if row.judged and OURS in row.times}
+def spread_lines(spreads: Mapping[Spread, Mapping[str, float]]) -> list[str]:
+    """One line per spread target timed (``runner.run_spreads``): our slowest median over the
+    fastest, the limit, and whether it holds."""
     lines = []
-    for spread in SPREADS:
-        if not all(name in ours for name in spread.cases):
-            continue
-        times = [ours[name] for name in spread.cases]
-        ratio = max(times) / min(times)
+    for spread, medians in spreads.items():
+        ratio = max(medians.values()) / min(medians.values())
         met = "yes" if ratio <= spread.limit else "no"
+        times = ", ".join(f"{fmt_time(medians[name])}" for name in spread.cases)
         lines.append(
-            f"- spread of our times, {spread.name} ({', '.join(spread.cases)}): slowest / fastest"
-            f" {ratio:.2f}, target <= {spread.limit:g}, met: {met}"
+            f"- spread of our times, {spread.name} ({', '.join(spread.cases)}: {times}, timed"
+            f" together): slowest / fastest {ratio:.2f}, target <= {spread.limit:g}, met: {met}"
         )
     return lines
 
@@ -223,11 +218,31 @@ def write_csv(rows: Sequence[Row], path: str, *, targets: bool = False) -> None:
 
 
 def write_json(
-    rows: Sequence[Row], path: str, env: dict[str, Any], *, targets: bool = False
+    rows: Sequence[Row],
+    path: str,
+    env: dict[str, Any],
+    *,
+    targets: bool = False,
+    spreads: Mapping[Spread, Mapping[str, float]] | None = None,
 ) -> None:
-    records = [row_record(r, targets=targets) for r in rows]
+    """The environment and one record per row; with ``spreads``, also each spread target's
+    medians (seconds), limit and whether it held."""
+    data: dict[str, Any] = {
+        "environment": env,
+        "rows": [row_record(r, targets=targets) for r in rows],
+    }
+    if spreads:
+        data["spreads"] = [
+            {
+                "name": spread.name,
+                "medians_s": dict(medians),
+                "limit": spread.limit,
+                "met": max(medians.values()) / min(medians.values()) <= spread.limit,
+            }
+            for spread, medians in spreads.items()
+        ]
     with open(path, "w") as f:
-        json.dump({"environment": env, "rows": records}, f, indent=1)
+        json.dump(data, f, indent=1)
         f.write("\n")
 
 

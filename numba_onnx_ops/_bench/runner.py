@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cases import Case, make_inputs
+from .cases import CASES, SPREADS, Case, Spread, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
 from .report import fmt_first_calls, fmt_ratio, fmt_time
@@ -124,3 +124,29 @@ def run_comparison(
             progress(f"[{i}/{len(cases)}] {case.name}: {case.label(size)}")
         rows.append(run_case(case, size, contenders, progress))
     return rows
+
+
+def run_spreads(
+    rows: Sequence[Row], progress: Callable[[str], None] | None = None
+) -> dict[Spread, dict[str, float]]:
+    """Our medians over the cases of each :data:`~.cases.SPREADS` target whose cases all ran
+    with a time of ours (judged), timed again together: interleaved in the same rounds, so
+    that a machine busier during one case than another does not show as a spread."""
+    say = progress or (lambda _msg: None)
+    ran = {row.case.name: row for row in rows if row.judged and row.ours_ok}
+    by_name = {case.name: case for case in CASES}
+    spreads = {}
+    for spread in SPREADS:
+        if not all(name in ran for name in spread.cases):
+            continue
+        size = ran[spread.cases[0]].size
+        funcs = {}
+        for name in spread.cases:
+            case = by_name[name]
+            funcs[name] = FACTORIES[OURS](case, *make_inputs(case, size))
+        say(f"spread of our times, {spread.name}: {', '.join(spread.cases)}")
+        estimates = {name: steady_call_time(func) for name, func in funcs.items()}
+        samples = time_interleaved(funcs, estimates, TIMINGS[size])
+        spreads[spread] = {name: statistics.median(s) for name, s in samples.items()}
+        del funcs
+    return spreads
