@@ -149,6 +149,10 @@ class Spread:
     cases: tuple[str, ...]
     limit: float
 
+    def ratio(self, medians: dict[str, float]) -> float:
+        """Slowest over fastest of ``medians`` (seconds by case name)."""
+        return max(medians.values()) / min(medians.values())
+
 
 SPREADS = tuple(
     Spread(

@@ -159,14 +159,14 @@ def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
     return notes
 
 
-def spread_lines(spreads: Mapping[Spread, Mapping[str, float]]) -> list[str]:
+def spread_lines(spreads: Mapping[Spread, dict[str, float]]) -> list[str]:
     """One line per spread target timed (``runner.run_spreads``): our slowest median over the
     fastest, the limit, and whether it holds."""
     lines = []
     for spread, medians in spreads.items():
-        ratio = max(medians.values()) / min(medians.values())
+        ratio = spread.ratio(medians)
         met = "yes" if ratio <= spread.limit else "no"
-        times = ", ".join(f"{fmt_time(medians[name])}" for name in spread.cases)
+        times = ", ".join(fmt_time(medians[name]) for name in spread.cases)
         lines.append(
             f"- spread of our times, {spread.name} ({', '.join(spread.cases)}: {times}, timed"
             f" together): slowest / fastest {ratio:.2f}, target <= {spread.limit:g}, met: {met}"
@@ -223,7 +223,7 @@ def write_json(
     env: dict[str, Any],
     *,
     targets: bool = False,
-    spreads: Mapping[Spread, Mapping[str, float]] | None = None,
+    spreads: Mapping[Spread, dict[str, float]] | None = None,
 ) -> None:
     """The environment and one record per row; with ``spreads``, also each spread target's
     medians (seconds), limit and whether it held."""
@@ -237,7 +237,7 @@ def write_json(
                 "name": spread.name,
                 "medians_s": dict(medians),
                 "limit": spread.limit,
-                "met": max(medians.values()) / min(medians.values()) <= spread.limit,
+                "met": spread.ratio(medians) <= spread.limit,
             }
             for spread, medians in spreads.items()
         ]
