@@ -272,14 +272,14 @@ def _narrow_exp2(t: np.ndarray, out: np.ndarray, n: int) -> None:
 @pytest.mark.parametrize("dtype", [F64, F32], ids=["float64", "float32"])
 def test_float32_exp_vectors_end_without_a_scalar_tail(dtype, rng):
     """float32 bases' 2**t on AVX-512 runs 8 lanes at a time, the last n % 8 elements of a
-    block masked: each element gets the bits it gets in a full vector, and nothing past n is
-    read or written."""
+    block masked: each element gets the bits it gets in a full vector, from a ``t`` of just n
+    elements, and nothing past n is written."""
     t = rng.uniform(-200.0, 200.0, 64)
     whole = np.empty(t.size, dtype)
     _narrow_exp2(t, whole, t.size)
     for n in range(1, 26):
         out = np.full(t.size, -1.0, dtype)
-        _narrow_exp2(t[:n].copy(), out, n)  # a copy: no element of t past n to read
+        _narrow_exp2(t[:n].copy(), out, n)
         assert np.array_equal(out[:n].view(np.uint8), whole[:n].view(np.uint8)), n
         assert (out[n:] == -1.0).all(), n
 
