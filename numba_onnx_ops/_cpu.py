@@ -32,6 +32,7 @@ def vector_bits() -> int:
 
 _DEFAULT_CACHE_BYTES = 32 * 2**20
 _CACHES = "/sys/devices/system/cpu/cpu0/cache"
+_SIZE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30}  # the suffixes of its ``size`` files
 
 
 @functools.cache
@@ -47,7 +48,6 @@ def last_level_cache_bytes() -> int:
                 text = f.read().strip()
         except OSError:
             continue
-        units = {"K": 2**10, "M": 2**20, "G": 2**30}
-        if kind != "Instruction" and text[:-1].isdigit() and text[-1] in units:
-            sizes.append(int(text[:-1]) * units[text[-1]])
+        if kind != "Instruction" and text[:-1].isdigit() and text[-1] in _SIZE_UNITS:
+            sizes.append(int(text[:-1]) * _SIZE_UNITS[text[-1]])
     return max(sizes, default=_DEFAULT_CACHE_BYTES)

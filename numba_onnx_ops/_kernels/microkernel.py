@@ -17,6 +17,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ._jit import helper_overload
+from .streaming import LINE
 
 
 class _BFloat16(ir.types.Type):
@@ -277,7 +278,7 @@ def _prefetch_rows_function(module):
     )
     p, rows, stride, nbytes = fn.args
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    zero, line = ir.Constant(i64, 0), ir.Constant(i64, 64)
+    zero, line = ir.Constant(i64, 0), ir.Constant(i64, LINE)
     with cgutils.for_range(builder, rows) as row:
         start = builder.gep(p, [builder.mul(row.index, stride)])
         with cgutils.for_range_slice(builder, zero, nbytes, line) as (offset, _):
