@@ -118,14 +118,18 @@ def _kernel_names() -> set[str]:
 
 def test_only_kernels_become_machine_code(tmp_path):
     """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise turn
-    each of them into machine code of its own, with Python and C wrappers, on the first call."""
+    each of them into machine code of its own, with Python and C wrappers, on the first call.
+    Of the functions numba builds for a parallel loop, only the loop's body becomes machine code
+    before the kernel does: numba asks for its address; its two wrappers are only linked."""
     out = run_python(MACHINE_CODE_SCRIPT, env={"NUMBA_CACHE_DIR": str(tmp_path)})
     result = json.loads(out.splitlines()[-1])
     assert result["pow"] and result["matmul"]
     kernels = _kernel_names()
-    # numba compiles a parallel loop's body and its wrappers as functions of their own
-    parfor_parts = ("__numba_parfor_gufunc", "parallelgufuncwrapper", "<numba.np.ufunc.wrappers")
-    others = [n for n in result["emitted"] if n not in kernels and not n.startswith(parfor_parts)]
+    others = [
+        n
+        for n in result["emitted"]
+        if n not in kernels and not n.startswith("__numba_parfor_gufunc")
+    ]
     assert others == []
     assert any(n in kernels for n in result["emitted"])
 

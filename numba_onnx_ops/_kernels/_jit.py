@@ -9,7 +9,7 @@ from pathlib import Path
 import numba
 from numba.extending import overload
 
-from .._numba_private import LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
+from .._numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -43,13 +43,15 @@ def kernel(**options):
     that stamp elsewhere than the versions this was checked on, the kernels are not cached.
     """
 
+    jit_options = {"nogil": True, **KERNEL_OPTIONS, **options}
+
     def decorate(func):
         try:
-            dispatcher = numba.njit(cache=True, nogil=True, **options)(func)
+            dispatcher = numba.njit(cache=True, **jit_options)(func)
         except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(nogil=True, **options)(func)
+            return numba.njit(**jit_options)(func)
         if not stamp_cache_index(dispatcher, sources_stamp()):
-            return numba.njit(nogil=True, **options)(func)
+            return numba.njit(**jit_options)(func)
         return dispatcher
 
     return decorate
