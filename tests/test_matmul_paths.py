@@ -860,3 +860,32 @@ def test_vector_kernel_inner_loop():
     print(f"{fmas} register FMAs on {reg} in the K loop of a {mr}x{nr} block")
     assert fmas > 0 and fmas % (mr * nr // (16 if reg == "zmm" else 8)) == 0, fmas
     assert not re.search(rf"%{reg}\d+, -?\d*\(%rsp\)|\(%rsp\), %{reg}\d+", body)
+
+
+def test_c_view_shares_memory_and_holds_a_reference():
+    """The kernels' in-place reshape: the first elements of a C-contiguous array under a new
+    shape, the same memory, and a reference to the array for as long as the view lives."""
+    import sys
+
+    import numba
+
+    from numba_onnx_ops._kernels.stack import c_view
+
+    @numba.njit
+    def views(a, rows, cols):
+        v = c_view(a, (rows, cols))
+        v[1, 2] = -1.0
+        return v, c_view(v, v.size)
+
+    a = np.arange(24.0)
+    before = sys.getrefcount(a)
+    v, flat = views(a, 3, 4)
+    assert v.shape == (3, 4) and v.strides == (32, 8) and flat.shape == (12,)
+    assert np.shares_memory(v, a) and np.shares_memory(flat, a)
+    want = np.arange(12.0)
+    want[6] = -1.0
+    np.testing.assert_array_equal(flat, want)
+    np.testing.assert_array_equal(v, want.reshape(3, 4))
+    assert sys.getrefcount(a) > before
+    del v, flat
+    assert sys.getrefcount(a) == before

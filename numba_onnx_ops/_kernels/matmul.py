@@ -28,7 +28,7 @@ packed 63 at 1024^3 and 65 for float16, where direct, widening A at every use, m
 from __future__ import annotations
 
 import numpy as np
-from numba import carray, njit, prange, types
+from numba import njit, prange, types
 
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
@@ -40,7 +40,7 @@ from .microkernel import (
     whole_products,
 )
 from .schedule import call_state, set_chunksize, spread
-from .stack import stack_buffer
+from .stack import c_view, stack_array
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -61,7 +61,7 @@ _FASTMATH = {"reassoc", "contract"}
 @helper(fastmath=_FASTMATH)
 def _micro(ap, ir_, bp, jr, kc, c, ci, cj, mr, nr):
     """c[ci:ci+mr, cj:cj+nr] += (ap[ir_:ir_+MR, :kc] @ bp[jr:jr+NR, :kc].T)[:mr, :nr]."""
-    acc = carray(stack_buffer(12, c), (MR, NR))
+    acc = c_view(stack_array(12, c), (MR, NR))
     for i in range(MR):
         for j in range(NR):
             acc[i, j] = 0
@@ -203,12 +203,12 @@ def matmul_packed(
         for k0 in range(0, K, kc):
             kk = min(kc, K - k0)
             kkp = _round_up(kk, KPAD)
-            bp = bbuf[: njp * kkp].reshape((njp, kkp))
+            bp = c_view(bbuf, (njp, kkp))
             _pack(b, bbase + k0 * b_rs, b_cs, b_rs, nj, kk, kind, bp)
             for i0 in range(0, mi, mg):
                 ii = min(mg, mi - i0)
                 iip = _round_up(ii, MR)
-                ap = abuf[: iip * kkp].reshape((iip, kkp))
+                ap = c_view(abuf, (iip, kkp))
                 _pack(a, abase + i0 * a_rs + k0 * a_cs, a_rs, a_cs, ii, kk, kind, ap)
                 for jr in range(0, njp, NR):
                     for ir_ in range(0, iip, MR):
@@ -263,7 +263,7 @@ def matmul_direct(
     for t in prange(chunks):
         spread(caller)
         bs = np.empty(K * SW, acc_proto.dtype)  # 1-D: SLP needs provably consecutive loads
-        acc = carray(stack_buffer(64, acc_proto), (RB, SW))
+        acc = c_view(stack_array(64, acc_proto), (RB, SW))
         for item in range(t * per, min(items, (t + 1) * per)):
             bi = item // nstrips
             j0 = (item - bi * nstrips) * SW
@@ -305,14 +305,14 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
     """
     SV = _lanes(acc_proto, 1)
     mfull = M - M % RB
-    flat = out.reshape(out.size)  # stored through _at's unsigned index, as A and B are read
+    flat = c_view(out, out.size)  # stored through _at's unsigned index, as A and B are read
     caller = call_state()
     for bi in prange(out.shape[0]):
         spread(caller)
         ao = a_off[bi]
         bo = b_off[bi]
         oo = bi * M * N
-        acc = carray(stack_buffer(32, acc_proto), (RB, SV))
+        acc = c_view(stack_array(32, acc_proto), (RB, SV))
         for j00 in range(0, N, SV):
             j0 = min(j00, N - SV)
             # Full blocks with constant bounds throughout (measured: a clamped row index or a
@@ -381,7 +381,7 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
     """
     MR = tile_rows(tile)
     NR = tile_cols(tile)
-    flat = out.reshape(out.size)
+    flat = c_view(out, out.size)
     nstrips = (N + NR - 1) // NR
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
@@ -422,7 +422,7 @@ def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
     variable, 4096 8x8x8 float32 products took 93 us on one core, with it 73 us, one run.)"""
     nb = out.shape[0]
     per = (nb + chunks - 1) // chunks
-    flat = out.reshape(out.size)
+    flat = c_view(out, out.size)
     saved = set_chunksize(1)
     caller = call_state()
     for t in prange(chunks):
@@ -447,7 +447,7 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
         bi = t // mtasks
         i0 = (t - bi * mtasks) * rows
         xo = x_off[bi]
-        acc = carray(stack_buffer(1, acc_proto), 1)
+        acc = stack_array(1, acc_proto)
         for i in range(i0, min(M, i0 + rows)):
             arow = a_off[bi] + i * a_rs
             acc[0] = 0
