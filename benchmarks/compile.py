@@ -38,6 +38,7 @@ FIRST_CALLS = {
     "matmul float16 (64,64)": ("a = np.ones((64, 64), np.float16)", "matmul(a, a)"),
     "matmul bfloat16 (64,64)": ("a = np.ones((64, 64), ml_dtypes.bfloat16)", "matmul(a, a)"),
     "matmul float32 (4096,8,8)": ("a = np.ones((4096, 8, 8), np.float32)", "matmul(a, a)"),
+    "matmul float32 (2048,16,16)": ("a = np.ones((2048, 16, 16), np.float32)", "matmul(a, a)"),
     "matmul float32 (1024,16,16)@(16,)": (
         "a = np.ones((1024, 16, 16), np.float32); v = np.ones(16, np.float32)",
         "matmul(a, v)",
@@ -48,6 +49,7 @@ FIRST_CALLS = {
     "pow float64 ^ 3.7": ("x = np.ones(1000); y = np.float64(3.7)", "pow(x, y)"),
     "pow int32 ^ 3": ("x = np.ones(1000, np.int32); y = np.int32(3)", "pow(x, y)"),
     "pow float16 ^ 2": ("x = np.ones(1000, np.float16); y = np.float16(2)", "pow(x, y)"),
+    "pow float16 ^ float16": ("x = np.ones(1000, np.float16); y = x.copy()", "pow(x, y)"),
 }
 
 

@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--targets",
         action="store_true",
-        help="also show the speed-up each case aims for and whether this run reached it "
-        "(for developers of the library)",
+        help="also show the speed-up each case aims for and whether this run reached it, and "
+        "time first calls of some kernels in fresh processes with an empty numba cache "
+        "against their limits (for developers of the library)",
     )
     bench.add_argument(
         "--cases",
@@ -95,6 +96,10 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         for case in cases:
             target = f"  target >= {case.target:g}" if args.targets else ""
             print(f"{case.name:28} {case.label():48}{target}".rstrip())
+        if args.targets:
+            for first in _bench.select_first_calls(args.cases):
+                label = f"first call, {first.label}"
+                print(f"{first.name:28} {label:48}  target <= {first.limit:g} s")
         return 0
     if args.plot and (problem := _bench.check_plot_available()):
         parser.error(problem)
@@ -108,9 +113,10 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         )
     start = time.perf_counter()
     rows = _bench.run_comparison(cases, args.size, progress=say)
-    spreads = {}
+    spreads, first_calls = {}, {}
     if args.targets and args.size != "tiny":
         spreads = _bench.run_spreads(rows, progress=say)
+        first_calls = _bench.run_first_calls(_bench.select_first_calls(args.cases), progress=say)
     if args.size != "tiny":  # tiny times mean nothing, nor would the limits
         say("measuring the machine's limits")
         env["limits"] = _bench.measure_limits()
@@ -120,15 +126,18 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         print(_bench.limits_line(env["limits"]))
     print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
-    print(_bench.format_table(rows, targets=args.targets))
-    for line in _bench.spread_lines(spreads):
+    if rows:  # (none when the patterns name first-call targets only)
+        print(_bench.format_table(rows, targets=args.targets))
+    for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
         print(line)
     say(f"\n{len(rows)} cases in {time.perf_counter() - start:.0f} s")
     if args.csv:
         _bench.write_csv(rows, args.csv, targets=args.targets)
         say(f"wrote {args.csv}")
     if args.json:
-        _bench.write_json(rows, args.json, env, targets=args.targets, spreads=spreads)
+        _bench.write_json(
+            rows, args.json, env, targets=args.targets, spreads=spreads, first_calls=first_calls
+        )
         say(f"wrote {args.json}")
     if args.plot:
         _bench.plot(rows, args.plot, env, targets=args.targets)

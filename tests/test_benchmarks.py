@@ -240,6 +240,48 @@ def test_spread_cases_are_timed_together(monkeypatch):
     assert runner.run_spreads(rows[:1]) == {}
 
 
+@pytest.mark.parametrize(("times", "met"), [((2.5, 3.2, 2.9), "yes"), ((3.1, 3.2, 2.0), "no")])
+def test_targets_report_first_calls_by_their_median(times, met):
+    (first,) = _bench.select_first_calls(["first-pow-f32-e3.7"])
+    (line,) = _bench.first_call_lines({first: list(times)})
+    median = sorted(times)[1]
+    assert f"median {median:.2f} s" in line and f"target <= {first.limit:g} s, met: {met}" in line
+
+
+def test_first_calls_run_in_fresh_processes_with_an_empty_cache(tmp_path):
+    """Each run is a new interpreter (no kernel compiled yet) whose numba cache is an empty
+    folder of its own, and only the call is timed, not the setup."""
+    setup = (
+        "import os, numba\n"
+        "from numba_onnx_ops._kernels import power\n"
+        "assert not power.pow_general.signatures\n"
+        "assert numba.config.CACHE_DIR == os.environ['NUMBA_CACHE_DIR']\n"
+        "assert not [f for _, _, files in os.walk(numba.config.CACHE_DIR) for f in files]\n"
+        "time.sleep(0.6)"
+    )
+    first = _bench.FirstCall("first-sleep", "a pause", setup, "time.sleep(0.2)", 1.0)
+    ((got, times),) = runner.run_first_calls([first], repeat=2).items()
+    assert got is first and len(times) == 2
+    assert all(0.2 <= t < 0.6 for t in times), times
+    _bench.write_json([], tmp_path / "b.json", {}, first_calls={first: times})
+    (record,) = json.loads((tmp_path / "b.json").read_text())["first_calls"]
+    assert record == {
+        "name": "first-sleep", "call": "a pause", "times_s": times, "limit_s": 1.0, "met": True
+    }  # fmt: skip
+    broken = _bench.FirstCall("first-broken", "a failure", "pass", "1 / 0", 1.0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        runner.run_first_calls([broken], repeat=1)
+
+
+def test_first_call_targets_are_selected_by_name():
+    names = [f.name for f in _bench.select_first_calls(["first-pow"])]
+    assert names == ["first-pow-f32-e3.7", "first-pow-f16-f16"]
+    assert _bench.select_cases(["first-matmul"]) == []  # matches first calls only: no error
+    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 4
+    with pytest.raises(ValueError, match="no case matches"):
+        _bench.select_cases(["first-nothing"])
+
+
 # --------------------------------------------------------------------------------------------
 # The agreement check catches wrong results
 

@@ -13,7 +13,9 @@
    that each contender follows each other equally often, and the median sample per contender is
    kept,
 4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
-   library is faster.  ``--targets`` adds the speed-up each case aims for.  Above the table,
+   library is faster.  ``--targets`` adds the speed-up each case aims for, and the targets on
+   our times alone: their spread over input distributions, and first calls in a fresh process
+   with an empty numba cache (:data:`.cases.FIRST_CALLS`).  Above the table,
    the machine's limits measured after the cases (:mod:`.limits`): the float32 FMA peak and
    the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be read.
 
@@ -22,7 +24,19 @@
 
 from __future__ import annotations
 
-from .cases import CASES, DEMO_CASES, SPREADS, TINY_DIM, Case, Spread, make_inputs, select_cases
+from .cases import (
+    CASES,
+    DEMO_CASES,
+    FIRST_CALLS,
+    SPREADS,
+    TINY_DIM,
+    Case,
+    FirstCall,
+    Spread,
+    make_inputs,
+    select_cases,
+    select_first_calls,
+)
 from .checking import POW_ULPS, check
 from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
 from .limits import limits_line
@@ -31,6 +45,7 @@ from .plot import check_plot_available, plot
 from .report import (
     environment,
     environment_line,
+    first_call_lines,
     format_table,
     row_record,
     spread_lines,
@@ -38,13 +53,14 @@ from .report import (
     write_csv,
     write_json,
 )
-from .runner import Row, run_case, run_comparison, run_spreads
+from .runner import Row, run_case, run_comparison, run_first_calls, run_spreads
 from .timing import SIZES, TIMINGS, Timing, steady_call_time, time_interleaved, wait_until_idle
 
 __all__ = [
     "CASES",
     "CONTENDERS",
     "DEMO_CASES",
+    "FIRST_CALLS",
     "NUMPY",
     "ORT",
     "OURS",
@@ -56,6 +72,7 @@ __all__ = [
     "TINY_DIM",
     "UPCAST",
     "Case",
+    "FirstCall",
     "Row",
     "Spread",
     "Timing",
@@ -64,6 +81,7 @@ __all__ = [
     "check_plot_available",
     "environment",
     "environment_line",
+    "first_call_lines",
     "format_table",
     "limits_line",
     "make_inputs",
@@ -72,8 +90,10 @@ __all__ = [
     "row_record",
     "run_case",
     "run_comparison",
+    "run_first_calls",
     "run_spreads",
     "select_cases",
+    "select_first_calls",
     "spread_lines",
     "stderr_progress",
     "steady_call_time",

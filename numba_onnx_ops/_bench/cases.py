@@ -162,6 +162,51 @@ SPREADS = tuple(
 )
 
 
+@dataclass(frozen=True)
+class FirstCall:
+    """A target on latency: the call that compiles a kernel, in a fresh process with an empty
+    numba cache, takes at most ``limit`` seconds (shown by ``bench --targets``).  ``setup``
+    builds the inputs, untimed, with ``np``, ``ml_dtypes``, ``matmul`` and ``pow`` imported."""
+
+    name: str
+    label: str
+    setup: str
+    call: str
+    limit: float
+
+
+FIRST_CALLS = (
+    FirstCall(
+        "first-pow-f32-e3.7",
+        "float32 ^ 3.7",
+        "x = np.linspace(0.5, 2, 1000, dtype=np.float32); y = np.float32(3.7)",
+        "pow(x, y)",
+        3.0,
+    ),
+    FirstCall(
+        "first-pow-f16-f16",
+        "float16 ^ float16",
+        "x = np.linspace(0.5, 2, 1000).astype(np.float16); y = x[::-1].copy()",
+        "pow(x, y)",
+        3.0,
+    ),
+    FirstCall(
+        "first-matmul-i32",
+        "int32 (64,64) @ (64,64)",
+        "a = np.ones((64, 64), np.int32)",
+        "matmul(a, a)",
+        3.0,
+    ),
+    FirstCall(
+        "first-matmul-f32-batch",
+        "float32 (2048,16,16) @ (2048,16,16)",
+        "a = np.ones((2048, 16, 16), np.float32)",
+        "matmul(a, a)",
+        1.5,
+    ),
+)
+
+
 #: The short comparison of the main job (``python -m numba_onnx_ops``): one case per kind of
 #: kernel, so that it stays well under a minute with compilation.
 DEMO_CASES = (
@@ -175,7 +220,8 @@ DEMO_CASES = (
 
 
 def select_cases(patterns: Sequence[str] | None) -> list[Case]:
-    """The cases whose name matches any pattern (a glob, or a plain substring), in table order.
+    """The cases whose name matches any pattern (a glob, or a plain substring), in table order
+    (a pattern may also match only first-call targets: see :func:`select_first_calls`).
 
     Raises
     ------
@@ -184,11 +230,18 @@ def select_cases(patterns: Sequence[str] | None) -> list[Case]:
     """
     if not patterns:
         return list(CASES)
-    unmatched = [p for p in patterns if not any(_matches(c.name, p) for c in CASES)]
+    names = [c.name for c in CASES] + [f.name for f in FIRST_CALLS]
+    unmatched = [p for p in patterns if not any(_matches(name, p) for name in names)]
     if unmatched:
-        names = ", ".join(c.name for c in CASES)
-        raise ValueError(f"no case matches {unmatched}; the cases are: {names}")
+        raise ValueError(f"no case matches {unmatched}; the cases are: {', '.join(names)}")
     return [c for c in CASES if any(_matches(c.name, p) for p in patterns)]
+
+
+def select_first_calls(patterns: Sequence[str] | None) -> list[FirstCall]:
+    """The first-call targets whose name matches any pattern (all of them without patterns)."""
+    if not patterns:
+        return list(FIRST_CALLS)
+    return [f for f in FIRST_CALLS if any(_matches(f.name, p) for p in patterns)]
 
 
 def _matches(name: str, pattern: str) -> bool:

@@ -7,6 +7,7 @@ import datetime
 import json
 import os
 import platform
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
-from .cases import Spread
+from .cases import FirstCall, Spread
 from .contenders import CONTENDERS, OURS
 
 if TYPE_CHECKING:
@@ -174,6 +175,21 @@ def spread_lines(spreads: Mapping[Spread, dict[str, float]]) -> list[str]:
     return lines
 
 
+def first_call_lines(first_calls: Mapping[FirstCall, Sequence[float]]) -> list[str]:
+    """One line per first-call target timed (``runner.run_first_calls``): the median of its
+    runs, the limit, and whether it holds."""
+    lines = []
+    for first, times in first_calls.items():
+        median = statistics.median(times)
+        met = "yes" if median <= first.limit else "no"
+        runs = ", ".join(f"{t:.2f}" for t in times)
+        lines.append(
+            f"- first call, {first.label} ({first.name}), fresh process, empty numba cache: "
+            f"median {median:.2f} s ({runs} s), target <= {first.limit:g} s, met: {met}"
+        )
+    return lines
+
+
 def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
     """A flat, JSON- and CSV-friendly record of one row (times in seconds); ``targets`` adds the
     case's target speed-up and whether it was met."""
@@ -224,9 +240,11 @@ def write_json(
     *,
     targets: bool = False,
     spreads: Mapping[Spread, dict[str, float]] | None = None,
+    first_calls: Mapping[FirstCall, Sequence[float]] | None = None,
 ) -> None:
     """The environment and one record per row; with ``spreads``, also each spread target's
-    medians (seconds), limit and whether it held."""
+    medians (seconds), limit and whether it held; with ``first_calls``, each first-call
+    target's times (seconds), limit and whether their median held."""
     data: dict[str, Any] = {
         "environment": env,
         "rows": [row_record(r, targets=targets) for r in rows],
@@ -240,6 +258,17 @@ def write_json(
                 "met": spread.ratio(medians) <= spread.limit,
             }
             for spread, medians in spreads.items()
+        ]
+    if first_calls:
+        data["first_calls"] = [
+            {
+                "name": first.name,
+                "call": first.label,
+                "times_s": list(times),
+                "limit_s": first.limit,
+                "met": statistics.median(times) <= first.limit,
+            }
+            for first, times in first_calls.items()
         ]
     with open(path, "w") as f:
         json.dump(data, f, indent=1)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .cases import CASES, SPREADS, Case, Spread, make_inputs
+from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
 from .report import fmt_first_calls, fmt_ratio, fmt_time
@@ -150,3 +154,44 @@ def run_spreads(
         spreads[spread] = {name: statistics.median(s) for name, s in samples.items()}
         del funcs  # the inputs (up to 80 MB a case) before the next spread's
     return spreads
+
+
+_FIRST_CALL_SCRIPT = """
+import time
+import ml_dtypes
+import numpy as np
+from numba_onnx_ops import matmul, pow
+{setup}
+start = time.perf_counter()
+{call}
+print(time.perf_counter() - start)
+"""
+
+
+def run_first_calls(
+    first_calls: Sequence[FirstCall],
+    repeat: int = 3,
+    progress: Callable[[str], None] | None = None,
+) -> dict[FirstCall, list[float]]:
+    """Seconds of each first call, ``repeat`` times, each in a new interpreter whose numba cache
+    is an empty folder (the imports and inputs are not timed; the call compiles its kernel)."""
+    say = progress or (lambda _msg: None)
+    results = {}
+    for first in first_calls:
+        say(f"first call in a fresh process, empty numba cache: {first.label} ({first.name})")
+        script = _FIRST_CALL_SCRIPT.format(setup=first.setup, call=first.call)
+        times = []
+        for _ in range(repeat):
+            with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
+                done = subprocess.run(
+                    [sys.executable, "-c", script],
+                    env={**os.environ, "NUMBA_CACHE_DIR": cache},
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
+            if done.returncode:
+                raise RuntimeError(f"first call {first.name} failed:\n{done.stderr}")
+            times.append(float(done.stdout.split()[-1]))
+        results[first] = times
+    return results
