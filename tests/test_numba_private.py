@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import numba
+import pytest
 from child import run_python
 
 from numba_onnx_ops import _numba_private
@@ -79,15 +80,20 @@ import json
 import numpy as np
 from numba.core import codegen
 
-emitted = []
-finalize_specific = codegen.JITCodeLibrary._finalize_specific
-def record(self):
-    own = [f.name for f in self._final_module.functions
-           if not f.is_declaration and "numba_onnx_ops" in f.name]
-    if own:
-        emitted.append(self.name)
-    return finalize_specific(self)
-codegen.JITCodeLibrary._finalize_specific = record
+emitted, optimized = [], []
+def recording(method, names):
+    def record(self):
+        own = [f.name for f in self._final_module.functions
+               if not f.is_declaration and "numba_onnx_ops" in f.name]
+        if own:
+            names.append(self.name)
+        return method(self)
+    return record
+# numba's whole-module optimization, and its machine code
+codegen.CPUCodeLibrary._optimize_final_module = recording(
+    codegen.CPUCodeLibrary._optimize_final_module, optimized)
+codegen.JITCodeLibrary._finalize_specific = recording(
+    codegen.JITCodeLibrary._finalize_specific, emitted)
 
 import numba_onnx_ops as nox
 x = np.linspace(0.25, 2.0, 40).astype(np.float16)
@@ -98,6 +104,7 @@ print(json.dumps({
     "pow": bool(np.all(np.abs(got - x.astype(np.float64) ** y) <= 1e-3 * np.abs(got))),
     "matmul": nox.matmul(a, a).tolist() == (a.astype(np.int64) @ a).tolist(),
     "emitted": emitted,
+    "optimized": optimized,
 }))
 """
 
@@ -116,22 +123,22 @@ def _kernel_names() -> set[str]:
     }
 
 
-def test_only_kernels_become_machine_code(tmp_path):
-    """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise turn
-    each of them into machine code of its own, with Python and C wrappers, on the first call.
-    Of the functions numba builds for a parallel loop, only the loop's body becomes machine code
-    before the kernel does: numba asks for its address; its two wrappers are only linked."""
+@pytest.mark.parametrize("step", ["emitted", "optimized"])
+def test_only_kernels_become_machine_code(tmp_path, step):
+    """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise
+    optimize each of them as a whole and turn it into machine code of its own, with Python and
+    C wrappers, on the first call.  Of the functions numba builds for a parallel loop, only the
+    loop's body is optimized and becomes machine code before the kernel does (numba takes the
+    address of its entry); its two wrappers are only linked."""
     out = run_python(MACHINE_CODE_SCRIPT, env={"NUMBA_CACHE_DIR": str(tmp_path)})
     result = json.loads(out.splitlines()[-1])
     assert result["pow"] and result["matmul"]
     kernels = _kernel_names()
     others = [
-        n
-        for n in result["emitted"]
-        if n not in kernels and not n.startswith("__numba_parfor_gufunc")
+        n for n in result[step] if n not in kernels and not n.startswith("__numba_parfor_gufunc")
     ]
     assert others == []
-    assert any(n in kernels for n in result["emitted"])
+    assert any(n in kernels for n in result[step])
 
 
 def test_helpers_refuse_calls_from_python():
