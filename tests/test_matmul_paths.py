@@ -889,3 +889,52 @@ def test_c_view_shares_memory_and_holds_a_reference():
     assert sys.getrefcount(a) > before
     del v, flat
     assert sys.getrefcount(a) == before
+
+
+HEAP_ARRAY_SCRIPT = """
+import json
+import numba
+import numpy as np
+from numba.core.runtime import rtsys
+from numba_onnx_ops._kernels.stack import heap_array
+
+@numba.njit
+def scratch(n, proto):
+    kept = heap_array(n, proto)
+    dropped = heap_array(n, proto)
+    for i in range(n):
+        dropped[i] = i
+        kept[i] = dropped[i] * 2
+    return kept
+
+proto = np.float32(0)
+scratch(1, proto)  # compiled
+before = rtsys.get_allocation_stats()
+got = scratch(1000, proto)
+right = bool(np.array_equal(got, 2 * np.arange(1000, dtype=np.float32)))
+layout = [str(got.dtype), list(got.shape), got.ctypes.data % 16]
+del got
+after = rtsys.get_allocation_stats()
+print(json.dumps({
+    "right": right, "layout": layout,
+    "allocated": after.alloc - before.alloc, "freed": after.free - before.free,
+    "empty": list(scratch(0, np.arange(3, dtype=np.uint16)).shape),
+}))
+"""
+
+
+def test_heap_array_is_owned_and_freed():
+    """The kernels' ``np.empty``: n elements of the prototype's dtype, aligned, freed with their
+    last reference, whether dropped inside compiled code or returned to Python."""
+    import json
+
+    from child import run_python
+
+    out = run_python(HEAP_ARRAY_SCRIPT, env={"NUMBA_NRT_STATS": "1"})
+    assert json.loads(out.splitlines()[-1]) == {
+        "right": True,
+        "layout": ["float32", [1000], 0],
+        "allocated": 2,
+        "freed": 2,
+        "empty": [0],
+    }

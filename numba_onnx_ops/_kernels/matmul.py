@@ -40,7 +40,7 @@ from .microkernel import (
     whole_products,
 )
 from .schedule import call_state, set_chunksize, spread
-from .stack import c_view, stack_array
+from .stack import c_view, heap_array, stack_array
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -149,7 +149,11 @@ def _tile_ov(out, bi, m0, n0, mi, nj, acc_proto):
         return direct
 
     def tile(out, bi, m0, n0, mi, nj, acc_proto):
-        return np.zeros((mi, nj), acc_proto.dtype), 0, 0
+        c = c_view(heap_array(mi * nj, acc_proto), (mi, nj))
+        for i in range(mi):
+            for j in range(nj):
+                c[i, j] = 0
+        return c, 0, 0
 
     return tile
 
@@ -196,8 +200,8 @@ def matmul_packed(
         njp = _round_up(nj, NR)
         c, cm, cn = _tile(out, bi, m0, n0, mi, nj, acc_proto)
         # Flat buffers reshaped per block: a C-contiguous panel tells LLVM k is unit-stride.
-        bbuf = np.empty(njp * kcp, acc_proto.dtype)
-        abuf = np.empty(min(mg, _round_up(mi, MR)) * kcp, acc_proto.dtype)
+        bbuf = heap_array(njp * kcp, acc_proto)
+        abuf = heap_array(min(mg, _round_up(mi, MR)) * kcp, acc_proto)
         abase = a_off[bi] + m0 * a_rs
         bbase = b_off[bi] + n0 * b_cs
         for k0 in range(0, K, kc):
@@ -262,7 +266,7 @@ def matmul_direct(
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
-        bs = np.empty(K * SW, acc_proto.dtype)  # 1-D: SLP needs provably consecutive loads
+        bs = heap_array(K * SW, acc_proto)  # 1-D: SLP needs provably consecutive loads
         acc = c_view(stack_array(64, acc_proto), (RB, SW))
         for item in range(t * per, min(items, (t + 1) * per)):
             bi = item // nstrips
@@ -471,7 +475,9 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         bi = t // ntasks
         j0 = (t - bi * ntasks) * cols
         nj = min(cols, N - j0)
-        acc = np.zeros(nj, acc_proto.dtype)
+        acc = heap_array(nj, acc_proto)
+        for j in range(nj):
+            acc[j] = 0
         xo = x_off[bi]
         for k in range(K):
             xk = widen(_at(x, xo + k * x_s), kind)

@@ -54,7 +54,7 @@ from .powmath import (
     wide_sign,
 )
 from .schedule import call_state, spread
-from .stack import stack_array
+from .stack import heap_array, stack_array
 from .streaming import (
     CUBE_LINE,
     LINE,
@@ -142,7 +142,7 @@ def _chunk_impl(buf, start, stride, n):
     def impl(buf, start, stride, n):
         if stride == 1:
             return buf[start : start + n]
-        tmp = np.empty(n, buf.dtype)  # strided or broadcast: gather, so the loop is contiguous
+        tmp = heap_array(n, buf)  # strided or broadcast: gather, so the loop is contiguous
         for j in range(n):
             tmp[j] = buf[start + j * stride]
         return tmp
