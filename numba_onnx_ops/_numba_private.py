@@ -38,7 +38,7 @@ package was tried with); the attributes below exist and behave as described in b
   for the entry the dispatcher's table needs, which, as for numba's own overloads, has no
   Python wrapper behind it: njit helpers therefore use a dispatcher that refuses calls from
   Python.  A Pow kernel's first compile is 0.5-1.5 s shorter.  Where any of these is missing,
-  helpers compile as plain ``numba.njit`` functions (the same machine code, slower first calls).
+  helpers compile as plain ``numba.njit`` functions (the same results, slower first calls).
 - Kernels compiled with deferred libraries (:data:`KERNEL_OPTIONS`): numba lowers a parallel
   loop as a body function, a gufunc wrapper that links the body and a parallel wrapper that
   links that, each a ``JITCodeLibrary`` whose ``finalize`` links what it uses, optimizes the
