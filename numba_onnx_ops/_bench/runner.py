@@ -16,7 +16,7 @@ from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
 from .report import fmt_first_calls, fmt_ratio, fmt_time
-from .timing import TIMINGS, steady_call_time, time_interleaved
+from .timing import TIMINGS, steady_call_time, time_interleaved, wait_until_idle
 
 
 @dataclass
@@ -182,6 +182,7 @@ def run_first_calls(
         script = _FIRST_CALL_SCRIPT.format(setup=first.setup, call=first.call)
         times = []
         for _ in range(repeat):
+            wait_until_idle(1.0, min_s=0.05)  # this process's pool threads: not while timing
             with tempfile.TemporaryDirectory(prefix="numba-cache-") as cache:
                 done = subprocess.run(
                     [sys.executable, "-c", script],
