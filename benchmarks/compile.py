@@ -35,6 +35,10 @@ FIRST_CALLS = {
         "matmul(a, b)",
     ),
     "matmul int32 (64,64)": ("a = np.ones((64, 64), np.int32)", "matmul(a, a)"),
+    "matmul int32 (64,8192)@(8192,64)": (  # K past the direct kernel's: the packed one
+        "a = np.ones((64, 8192), np.int32); b = np.ones((8192, 64), np.int32)",
+        "matmul(a, b)",
+    ),
     "matmul float16 (64,64)": ("a = np.ones((64, 64), np.float16)", "matmul(a, a)"),
     "matmul bfloat16 (64,64)": ("a = np.ones((64, 64), ml_dtypes.bfloat16)", "matmul(a, a)"),
     "matmul float32 (4096,8,8)": ("a = np.ones((4096, 8, 8), np.float32)", "matmul(a, a)"),

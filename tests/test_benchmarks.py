@@ -62,11 +62,16 @@ def tiny(monkeypatch):
     monkeypatch.setattr(common, "TINY", True)
 
 
-@pytest.mark.parametrize("name", list(compile_bench.FIRST_CALLS))
+_FIRST_CALL_ROWS = dict(compile_bench.FIRST_CALLS) | {
+    first.name: (first.setup, first.call) for first in _bench.FIRST_CALLS
+}
+
+
+@pytest.mark.parametrize("name", list(_FIRST_CALL_ROWS))
 def test_first_call_rows_time_a_kernel(name, launches):
-    """Every first-call row launches the package's own kernels (a row that went to numpy's
-    BLAS would time numpy, not a compilation)."""
-    inputs, call = compile_bench.FIRST_CALLS[name]
+    """Every first-call row (asv's and the comparison's targets) launches the package's own
+    kernels (a row that went to numpy's BLAS would time numpy, not a compilation)."""
+    inputs, call = _FIRST_CALL_ROWS[name]
     namespace: dict = {}
     exec(compile_bench._IMPORTS + inputs, namespace)
     eval(call, namespace)
@@ -277,7 +282,7 @@ def test_first_call_targets_are_selected_by_name():
     names = [f.name for f in _bench.select_first_calls(["first-pow"])]
     assert names == ["first-pow-f32-e3.7", "first-pow-f16-f16"]
     assert _bench.select_cases(["first-matmul"]) == []  # matches first calls only: no error
-    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 4
+    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 5
     with pytest.raises(ValueError, match="no case matches"):
         _bench.select_cases(["first-nothing"])
 

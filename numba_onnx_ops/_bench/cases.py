@@ -198,6 +198,13 @@ FIRST_CALLS = (
         3.0,
     ),
     FirstCall(
+        "first-matmul-i32-packed",
+        "int32 (64,8192) @ (8192,64), packed",
+        "a = np.ones((64, 8192), np.int32); b = np.ones((8192, 64), np.int32)",
+        "matmul(a, b)",
+        3.0,
+    ),
+    FirstCall(
         "first-matmul-f32-batch",
         "float32 (2048,16,16) @ (2048,16,16)",
         "a = np.ones((2048, 16, 16), np.float32)",
