@@ -15,11 +15,29 @@ from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 
+def _dtype_of(proto):
+    """The element type a prototype names: an array's dtype, or a scalar's own type."""
+    return proto.dtype if isinstance(proto, types.Array) else proto
+
+
 def _count_and_dtype(n, proto):
     """(element count, element type) of a scratch request, or None if ``n`` is not a literal."""
     if not isinstance(n, types.IntegerLiteral):
         return None
-    return n.literal_value, proto.dtype if isinstance(proto, types.Array) else proto
+    return n.literal_value, _dtype_of(proto)
+
+
+def _one_dim(context, builder, array_type, data, count, meminfo):
+    """The value of a 1-D C-contiguous ``array_type`` over ``count`` elements at ``data``,
+    owned through ``meminfo`` (None: owned by nobody)."""
+    itemsize = context.get_constant(
+        types.intp, context.get_abi_sizeof(context.get_value_type(array_type.dtype))
+    )
+    array = make_array(array_type)(context, builder)
+    populate_array(
+        array, data=data, shape=[count], strides=[itemsize], itemsize=itemsize, meminfo=meminfo
+    )
+    return array._getvalue()
 
 
 def _alloca(context, builder, dtype, count):
@@ -48,19 +66,9 @@ def stack_array(typingctx, n, proto):
     array_type = types.Array(dtype, 1, "C")
 
     def codegen(context, builder, signature, args):
-        itemsize = context.get_constant(
-            types.intp, context.get_abi_sizeof(context.get_value_type(dtype))
-        )
-        array = make_array(array_type)(context, builder)
-        populate_array(
-            array,
-            data=_alloca(context, builder, dtype, count),
-            shape=[context.get_constant(types.intp, count)],
-            strides=[itemsize],
-            itemsize=itemsize,
-            meminfo=None,
-        )
-        return array._getvalue()
+        data = _alloca(context, builder, dtype, count)
+        size = context.get_constant(types.intp, count)
+        return _one_dim(context, builder, array_type, data, size, None)
 
     return array_type(n, proto), codegen
 
@@ -120,25 +128,20 @@ def heap_array(typingctx, n, proto):
     """
     if not isinstance(n, types.Integer):
         return None
-    dtype = proto.dtype if isinstance(proto, types.Array) else proto
+    dtype = _dtype_of(proto)
     array_type = types.Array(dtype, 1, "C")
 
     def codegen(context, builder, signature, args):
         count = context.cast(builder, args[0], signature.args[0], types.intp)
         element = context.get_value_type(dtype)
-        itemsize = context.get_constant(types.intp, context.get_abi_sizeof(element))
+        nbytes = builder.mul(
+            count, context.get_constant(types.intp, context.get_abi_sizeof(element))
+        )
         meminfo = context.nrt.meminfo_alloc_aligned(
-            builder, builder.mul(count, itemsize), context.get_preferred_array_alignment(dtype)
+            builder, nbytes, context.get_preferred_array_alignment(dtype)
         )
-        array = make_array(array_type)(context, builder)
-        populate_array(
-            array,
-            data=builder.bitcast(context.nrt.meminfo_data(builder, meminfo), element.as_pointer()),
-            shape=[count],
-            strides=[itemsize],
-            itemsize=itemsize,
-            meminfo=meminfo,
-        )
-        return impl_ret_new_ref(context, builder, array_type, array._getvalue())
+        data = builder.bitcast(context.nrt.meminfo_data(builder, meminfo), element.as_pointer())
+        array = _one_dim(context, builder, array_type, data, count, meminfo)
+        return impl_ret_new_ref(context, builder, array_type, array)
 
     return array_type(n, proto), codegen
