@@ -7,6 +7,7 @@ the project aims for (shown only by ``bench --targets``).
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
@@ -153,6 +154,10 @@ class Spread:
         """Slowest over fastest of ``medians`` (seconds by case name)."""
         return max(medians.values()) / min(medians.values())
 
+    def met(self, medians: dict[str, float]) -> bool:
+        """Whether the spread of ``medians`` is within the limit."""
+        return self.ratio(medians) <= self.limit
+
 
 SPREADS = tuple(
     Spread(
@@ -173,6 +178,10 @@ class FirstCall:
     setup: str
     call: str
     limit: float
+
+    def met(self, times: Sequence[float]) -> bool:
+        """Whether the median of ``times`` (seconds) is within the limit."""
+        return statistics.median(times) <= self.limit
 
 
 FIRST_CALLS = (
