@@ -220,35 +220,66 @@ def test_exp_table_is_two_to_the_j_over_128():
             assert abs(approx - exact) <= exact * mpmath.mpf(2) ** -100, j
 
 
-@pytest.mark.skipif(vector_bits() != 512, reason="the permute lookup is AVX-512's")
-def test_exp_factors_by_permutes_equal_the_tables():
-    """AVX-512's lookup (register permutes and the product of the factors) gives the bits of
-    the tables that the other path gathers from, for every table index and power of two."""
+@functools.cache
+def _wide_exp_kernels():
     from numba import njit
 
     from numba_onnx_ops._kernels import powmath
-    from numba_onnx_ops._kernels.half import f64_as_u64
 
     @njit
-    def both(k):
-        n = k.size
-        p, plo, scale = np.empty(n), np.empty(n), np.empty(n)
-        powmath.exp_factors(k, p, plo, scale, n)
-        table = np.empty((3, n))
-        for i in range(n):
-            ki = f64_as_u64(k[i])
-            table[0, i], table[1, i] = powmath.exp_factors_at(ki)
-            table[2, i] = powmath.exp_scale(ki)
-        return np.stack((p, plo, scale)), table
+    def by_vectors(x, y, lhi, llo, n):
+        out = lhi.copy()
+        bad, finite = powmath.exp_wide_vectors(x, y, out, llo, n)
+        return out, bad, finite
 
-    n = np.arange(-1022 * 128, 1024 * 128, dtype=np.int64)  # every j, every normal 2**q
-    n = n[: n.size - n.size % 8]
-    # the bits exp_reduce leaves: those of 0x1.8p52 + n
-    k = (np.int64(0x4338000000000000) + n).view(np.float64)
-    by_permutes, by_tables = both(k)
-    assert np.array_equal(by_permutes.view(np.uint64), by_tables.view(np.uint64))
-    q = np.floor_divide(n, 128)
-    assert np.array_equal(by_tables[2], np.ldexp(1.0, q))
+    @njit
+    def by_elements(x, y, lhi, llo):
+        out = np.empty_like(lhi)
+        bad = np.empty(lhi.size, np.bool_)
+        for i in range(lhi.size):
+            out[i], ok = powmath.exp_wide_of_log(x[i], y[i], lhi[i], llo[i])
+            bad[i] = not ok
+        return out, bad
+
+    return by_vectors, by_elements
+
+
+@pytest.mark.skipif(vector_bits() != 512, reason="the permute lookup is AVX-512's")
+def test_float64_exp_vectors_equal_the_element_steps(rng):
+    """AVX-512's float64 exp step (one loop, the table factors by register permutes) gives
+    the bits and the flags of the element function the other CPUs' loop is built from: for
+    every table index next to every power of two of a normal result and past both ends, both
+    signs, odd, even and fractional exponents, an array of exponents or one; the last n % 8
+    elements masked, nothing written past n."""
+    by_vectors, by_elements = _wide_exp_kernels()
+    q = np.arange(-1022 * 128, 1024 * 128 + 1, 7)
+    lhi = np.concatenate([q * (np.log(2.0) / 128), rng.uniform(-800.0, 800.0, 4000)])
+    lhi = np.concatenate([lhi, np.nextafter(lhi, np.inf), np.nextafter(lhi, -np.inf)])
+    llo = lhi * rng.uniform(-(2.0**-54), 2.0**-54, lhi.size)
+    x = rng.uniform(0.5, 2.0, lhi.size) * rng.choice([-1.0, 1.0], lhi.size)
+    for y in (1.0, 3.0, -2.0, 0.75):
+        ys = np.full(lhi.size, y)
+        expected, bad = by_elements(x, ys, lhi, llo)
+        for exponent in (ys, np.float64(y)):
+            out, flagged, finite = by_vectors(x, exponent, lhi, llo, lhi.size)
+            assert np.array_equal(out.view(np.uint64), expected.view(np.uint64)), y
+            assert (flagged, finite) == (bool(bad.any()), True)
+    ys = rng.choice([-3.0, -2.0, 2.0, 0.5, 5.0, 1.25], lhi.size)
+    expected, bad = by_elements(x, ys, lhi / 4, llo / 4)
+    out, flagged, finite = by_vectors(x, ys, lhi / 4, llo / 4, lhi.size)
+    assert np.array_equal(out.view(np.uint64), expected.view(np.uint64))
+    for n in range(1, 25):
+        lhi32, llo32 = lhi[:32] / 4, llo[:32] / 4
+        lhi32[n:] = 1000.0  # out of range: flagged only if a masked-off lane counts
+        part, flagged, finite = by_vectors(x, ys, lhi32, llo32, n)
+        whole, bad = by_elements(x[:n], ys[:n], lhi32[:n], llo32[:n])
+        assert np.array_equal(part[:n].view(np.uint64), whole.view(np.uint64)), n
+        assert np.array_equal(part[n:], lhi32[n:]), n  # untouched
+        assert (flagged, finite) == (bool(bad.any()), True), n
+    ys[7] = np.inf
+    assert by_vectors(x, ys, lhi / 4, llo / 4, lhi.size)[2] is False
+    assert by_vectors(x, ys, lhi / 4, llo / 4, 7)[2] is True
+    assert by_vectors(x, np.float64(np.nan), lhi, llo, 9)[2] is False
 
 
 @functools.cache

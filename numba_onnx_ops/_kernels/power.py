@@ -24,15 +24,12 @@ from .._cpu import vector_bits
 from .._dtypes import NATIVE
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
-from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4, u64_as_f64
+from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
 from .ints import int_max, int_min
 from .powmath import (
     cube_wide,
-    exp_factors,
-    exp_finish,
-    exp_in_range,
-    exp_reduce,
     exp_wide_of_log,
+    exp_wide_vectors,
     ipow_narrow,
     log_wide,
     log_wide_normal,
@@ -50,8 +47,6 @@ from .powmath import (
     rsqrt_wide,
     sqrt_any,
     sqrt_narrow,
-    times_log,
-    wide_sign,
 )
 from .schedule import call_state, spread
 from .stack import heap_array, stack_array
@@ -745,19 +740,17 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # Blocks of BLOCK elements, each in two loops: log into the output and a stack buffer
     # (in L1), then exp.  In one loop, LLVM's cost model turned vectorization down (four
     # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize, 2x faster.
-    # The buffers are small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
+    # The buffer is small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
     low = stack_array(BLOCK, 0.0)
-    tail = stack_array(BLOCK, 0.0)
-    scale = stack_array(BLOCK, 0.0)
     full = ov.size - ov.size % BLOCK
     bad = False
     for s in range(0, full, BLOCK):
-        bad |= _wide_block(xv, yv, ykind, ov, s, BLOCK, low, tail, scale)
-    return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low, tail, scale) or bad
+        bad |= _wide_block(xv, yv, ykind, ov, s, BLOCK, low)
+    return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low) or bad
 
 
 @helper(error_model="numpy")
-def _wide_block(xv, yv, ykind, ov, s, n, low, tail, scale):
+def _wide_block(xv, yv, ykind, ov, s, n, low):
     """ov[s : s + n] = x ** y for float64 bases, n <= BLOCK; whether an element was flagged.
 
     The common block has no zero, subnormal, infinite or NaN base and no infinite or NaN
@@ -778,7 +771,7 @@ def _wide_block(xv, yv, ykind, ov, s, n, low, tail, scale):
         hi = int_max(hi, b)
         os[j], low[j] = log_wide_normal(xs[j])
     if lo >= _F64_MIN_NORMAL_BITS and hi < _F64_INF_BITS:
-        bad, finite = _clean_exp(xs, ys, ykind, os, n, low, tail, scale)
+        bad, finite = _clean_exp(xs, ys, ykind, os, n, low)
         if finite:
             return bad
     for j in range(n):
@@ -791,56 +784,43 @@ def _wide_block(xv, yv, ykind, ov, s, n, low, tail, scale):
     return bad
 
 
-def _clean_exp(xs, ys, ykind, os, n, low, tail, scale):  # pragma: no cover - overloaded below
+def _clean_exp(xs, ys, ykind, os, n, low):  # pragma: no cover - overloaded below
     raise NotImplementedError
 
 
 # (A call LLVM inlines: inlined by numba, it was lowered twice, 0.7 s more on the float64
 # kernel's first compile.)
 @helper_overload(_clean_exp)
-def _clean_exp_impl(xs, ys, ykind, os, n, low, tail, scale):
+def _clean_exp_impl(xs, ys, ykind, os, n, low):
     """os[j] = x ** y from log|x| = os[j] + low[j] for normal finite bases
     (``exp_wide_of_log``); (whether an element was flagged, whether every exponent is finite:
-    if not, the results are garbage).  On AVX-512 in three loops with the same arithmetic:
-    the reduction, the table factors by permutes (``exp_factors``, where the loop LLVM
-    vectorizes gathers them), the polynomial; ``tail`` and ``scale`` are scratch.  Only for
-    a scalar exponent: with an array of them, the loops' extra passes over it and the scratch
-    cost more than the gathers (10M float64 on one Zen 4 core, medians of 61: x ** 3.7 30.1 ms
-    split, 32.9 fused; same-shape exponents 38.6 split, 35.9 fused)."""
-    if vector_bits() != 512 or isinstance(ys, types.Array):
+    if not, the results are garbage).  On AVX-512, for a scalar exponent or float64 ones, by
+    ``exp_wide_vectors``: the same arithmetic with the table factors by register permutes
+    in one loop, against this loop for same-shape exponents and, for a scalar one, three
+    loops that kept the gathers out with two scratch buffers (10M float64 on Zen 4, medians
+    of 21 interleaved calls; one thread: x ** y 46.0 -> 39.9 ms, x ** 3.7 37.4 -> 33.7 ms;
+    two: 24.1 -> 20.9 ms and 20.2 -> 17.0 ms).  Elsewhere, and for exponents of other types,
+    the loop LLVM vectorizes, gathering the table entries."""
+    if vector_bits() == 512:
+        if not isinstance(ys, types.Array):
+            return lambda xs, ys, ykind, os, n, low: exp_wide_vectors(
+                xs, exponent_as_f64(ys, ykind), os, low, n
+            )
+        if ys.dtype == types.float64:
+            return lambda xs, ys, ykind, os, n, low: exp_wide_vectors(xs, ys, os, low, n)
 
-        def fused(xs, ys, ykind, os, n, low, tail, scale):
-            bad = False
-            ymax = _U64(0)
-            for j in range(n):
-                y = exponent_as_f64(_at(ys, j), ykind)
-                ymax = int_max(ymax, f64_as_u64(y) & _F64_ABS)
-                value, ok = exp_wide_of_log(xs[j], y, os[j], low[j])
-                os[j] = value
-                bad |= not ok
-            return bad, ymax < _F64_INF_BITS
-
-        return fused
-
-    def split(xs, ys, ykind, os, n, low, tail, scale):  # ys: a scalar
+    def fused(xs, ys, ykind, os, n, low):
         bad = False
-        y = exponent_as_f64(ys, ykind)
+        ymax = _U64(0)
         for j in range(n):
-            ehi, elo = times_log(y, os[j], low[j])
-            os[j], ki = exp_reduce(ehi, elo)
-            low[j] = u64_as_f64(ki)
-            bad |= not exp_in_range(ehi)
-        # Whole vectors (BLOCK is a multiple of 8): lanes past n are computed from zeros and
-        # never read.
-        whole = n + 7 - (n + 7) % 8
-        for j in range(n, whole):
-            low[j] = 0.0
-        exp_factors(low, low, tail, scale, whole)
-        for j in range(n):
-            os[j] = wide_sign(xs[j], y, exp_finish(os[j], low[j], tail[j], scale[j]))
-        return bad, _exponents_finite(ys, ykind)
+            y = exponent_as_f64(_at(ys, j), ykind)
+            ymax = int_max(ymax, f64_as_u64(y) & _F64_ABS)
+            value, ok = exp_wide_of_log(xs[j], y, os[j], low[j])
+            os[j] = value
+            bad |= not ok
+        return bad, ymax < _F64_INF_BITS
 
-    return split
+    return fused
 
 
 # One kernel per class; all share the signature

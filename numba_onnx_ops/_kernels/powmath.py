@@ -16,7 +16,7 @@ float64 needs log in double-double.  It follows the scheme of ARM's optimized-ro
 0x1.69555p0) split into 128 subintervals, each with a ``c`` whose ``1/c`` has 8 significant
 bits, so ``r = z/c - 1`` is exact and ``log x = k*ln2 + log c + log1p(r)`` (relative error
 ~2**-68); then ``exp`` of the double-double ``y*log x`` through ``2**(j/128)`` as a
-double-double, the product of a 16-entry and an 8-entry table (``exp_factors``: register
+double-double, the product of a 16-entry and an 8-entry table (``exp_wide_vectors``: register
 permutes on AVX-512, no gather), precomputed for all 128 j for the other paths.  float64
 results that overflow, underflow or are subnormal are flagged for the caller's slow path.
 Tables are built here at import from their definitions (``decimal``, 60 digits); polynomial
@@ -82,7 +82,7 @@ _INVC_CODE_MASK = (1 << _INVC_CODE_BITS) - 1
 
 # 2**(j/128) for j = 8 jh + jl is the product of 2**(jh/16) and 2**(jl/128), each a
 # double-double from a table of 16 or 8 entries: tables that fit in vector registers, where
-# AVX-512 looks them up with one permute each instead of a gather (``exp_factors``).
+# AVX-512 looks them up with one permute each instead of a gather (``_exp_factor_vectors``).
 EXP_COARSE = 16
 EXP_FINE = _EXP_N // EXP_COARSE
 _FINE_BITS = EXP_FINE.bit_length() - 1
@@ -95,7 +95,7 @@ def _nearest(q: Fraction) -> float:
 
 def _exp_tables(ln2: Decimal):
     """(P, PLO, factors): P[j] + PLO[j] = 2**(j/128) to ~2**-104 relative, computed exactly
-    as ``exp_factors`` computes it from the factors (the double-double 2**(jh/16) and
+    as ``_exp_factor_vectors`` computes it from the factors (the double-double 2**(jh/16) and
     2**(jl/128): hi and lo of the coarse, then of the fine table), so that the table and the
     permutes give the same bits:
 
@@ -579,67 +579,173 @@ def _exp_wide(x, xtail):
     return exp_finish(r, p, plo, exp_scale(ki))
 
 
+def _exp_factor_vectors(builder, ki):
+    """(P[j], PLO[j], ``exp_scale(ki)``) for 8 lanes of ``exp_reduce``'s bits ``ki``, the bits
+    the tables hold, without a gather: two permutes of the coarse table (16 entries in two
+    registers, ``vpermi2pd``), two of the fine one (8 entries, ``vpermpd``) and the product of
+    the factors as ``_exp_tables`` computes it.  AVX-512F only.  (Gathers were 40% of a
+    float64 x**y on Zen 4: 10M elements on one core, 37 ms with the four of log and exp, 22 ms
+    with constant indices.)"""
+    q8 = ki.type
+    d8 = ir.VectorType(ir.DoubleType(), q8.count)
+    module = builder.module
+    permi2 = cgutils.get_or_insert_function(
+        module, ir.FunctionType(d8, [d8, q8, d8]), "llvm.x86.avx512.vpermi2var.pd.512"
+    )
+    permvar = cgutils.get_or_insert_function(
+        module, ir.FunctionType(d8, [d8, q8]), "llvm.x86.avx512.permvar.df.512"
+    )
+    fma8 = vector_fma(builder, d8)
+    c_hi, c_lo, f_hi, f_lo = (
+        [ir.Constant(d8, [float(v) for v in t[i : i + 8]]) for i in range(0, t.size, 8)]
+        for t in EXP_FACTORS
+    )
+
+    def splat(v):
+        return ir.Constant(q8, [v] * 8)
+
+    jh = builder.lshr(ki, splat(_FINE_BITS))  # permutes read the low bits only
+    a_hi = builder.call(permi2, [c_hi[0], jh, c_hi[1]])
+    a_lo = builder.call(permi2, [c_lo[0], jh, c_lo[1]])
+    b_hi = builder.call(permvar, [f_hi[0], ki])
+    b_lo = builder.call(permvar, [f_lo[0], ki])
+    prod = builder.fmul(a_hi, b_hi)
+    err = builder.call(fma8, [a_hi, b_hi, builder.fneg(prod)])
+    low = builder.call(fma8, [a_hi, b_lo, builder.call(fma8, [a_lo, b_hi, err])])
+    q = builder.shl(builder.and_(ki, splat(~(_EXP_N - 1) & (2**64 - 1))), splat(52 - EXP_BITS))
+    return prod, low, builder.bitcast(builder.add(q, splat(1023 << 52)), d8)
+
+
 @intrinsic
-def exp_factors(typingctx, k, p, plo, scale, n):
-    """For i < n (a multiple of 8): from the bits ``ki`` of ``exp_reduce`` in ``k[i]``,
-    ``p[i]``, ``plo[i]`` = P[j], PLO[j] and ``scale[i]`` = ``exp_scale(ki)``, the same bits as
-    the tables give, without a gather: per 8 elements, two permutes of the coarse table
-    (16 entries in two registers, ``vpermi2pd``), two of the fine one (8 entries, ``vpermpd``)
-    and the product of the factors as ``_exp_tables`` computes it.  AVX-512F only; ``k`` may
-    be ``p``.  (Gathers were 40% of a float64 x**y on Zen 4: 10M elements on one core, 37 ms
-    with the four of log and exp, 22 ms with constant indices.)"""
-    arrays = (k, p, plo, scale)
+def exp_wide_vectors(typingctx, x, y, out, low, n):
+    """For i < n: ``out[i]`` = x[i] ** y (or ** y[i]) from log|x[i]| = ``out[i]`` + ``low[i]``,
+    ``exp_wide_of_log``'s arithmetic bit for bit, 8 lanes at a time (the last n % 8 by masked
+    loads and stores), the table factors by permutes (``_exp_factor_vectors``); returns
+    (whether a result was flagged, whether every exponent is finite: if not, the results are
+    garbage).  For normal finite bases, as ``exp_wide_of_log``.  AVX-512F only; ``x``,
+    ``out`` and ``low`` float64 and C-contiguous, ``y`` a float64 or such an array.  (The
+    loop LLVM vectorizes from ``exp_wide_of_log`` gathers the two table entries; without this
+    intrinsic, keeping the gathers out took three loops and two scratch buffers.)"""
+    arrays = (x, out, low)
     if not all(isinstance(a, types.Array) and a.dtype == types.float64 for a in arrays):
         return None
-    sig = types.void(k, p, plo, scale, types.int64)
+    y_array = isinstance(y, types.Array)
+    if y_array and y.dtype != types.float64 or not y_array and y != types.float64:
+        return None
+    if any(a.layout != "C" for a in (*arrays, *([y] if y_array else []))):
+        return None
+    if not isinstance(n, types.Integer):
+        return None
+    sig = types.UniTuple(types.boolean, 2)(x, y, out, low, n)
 
     def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
+        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
         d8 = ir.VectorType(ir.DoubleType(), 8)
         q8 = ir.VectorType(i64, 8)
-        ptrs = [
+        m8 = ir.VectorType(i1, 8)
+        xty, yty, oty, lty, nty = signature.args
+        xp, op, lp = (
             context.make_array(t)(context, builder, a).data
-            for t, a in zip(signature.args[:4], args[:4], strict=True)
-        ]
+            for t, a in ((xty, args[0]), (oty, args[2]), (lty, args[3]))
+        )
+        yp = context.make_array(yty)(context, builder, args[1]).data if y_array else None
         module = builder.module
-        permi2 = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8, q8, d8]), "llvm.x86.avx512.vpermi2var.pd.512"
-        )
-        permvar = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8, q8]), "llvm.x86.avx512.permvar.df.512"
-        )
         fma8 = vector_fma(builder, d8)
-        c_hi, c_lo, f_hi, f_lo = (
-            [ir.Constant(d8, [float(v) for v in t[i : i + 8]]) for i in range(0, t.size, 8)]
-            for t in EXP_FACTORS
+        fabs8 = cgutils.get_or_insert_function(module, ir.FunctionType(d8, [d8]), "llvm.fabs.v8f64")
+        floor8 = cgutils.get_or_insert_function(
+            module, ir.FunctionType(d8, [d8]), "llvm.floor.v8f64"
+        )
+        masked_load = cgutils.get_or_insert_function(
+            module, ir.FunctionType(d8, [d8.as_pointer(), i32, m8, d8]), "llvm.masked.load.v8f64.p0"
+        )
+        masked_store = cgutils.get_or_insert_function(
+            module,
+            ir.FunctionType(ir.VoidType(), [d8, d8.as_pointer(), i32, m8]),
+            "llvm.masked.store.v8f64.p0",
         )
 
-        def splat(v):
-            return ir.Constant(q8, [v] * 8)
+        def splat(v, vt=d8):
+            return ir.Constant(vt, [v] * 8)
 
-        count = builder.sdiv(args[4], ir.Constant(i64, 8))
+        def vfma(a, b, c):
+            return builder.call(fma8, [a, b, c])
+
+        def at(ptr, i):
+            return builder.bitcast(builder.gep(ptr, [i]), d8.as_pointer())
+
+        def load(ptr, i, mask, fill):
+            if mask is None:
+                return builder.load(at(ptr, i), align=8)
+            return builder.call(masked_load, [at(ptr, i), ir.Constant(i32, 8), mask, splat(fill)])
+
+        y_scalar = None if y_array else vector_splat(builder, args[1], d8)
+        flagged = cgutils.alloca_once_value(builder, ir.Constant(m8, [0] * 8))
+        infinite = cgutils.alloca_once_value(builder, ir.Constant(m8, [0] * 8))
+
+        def step(i, mask):
+            lhi, llo = load(op, i, mask, 0.0), load(lp, i, mask, 0.0)
+            xv = load(xp, i, mask, 1.0)
+            yv = load(yp, i, mask, 0.0) if y_array else y_scalar
+            # times_log
+            ehi = builder.fmul(yv, lhi)
+            elo = builder.fadd(builder.fmul(yv, llo), vfma(yv, lhi, builder.fneg(ehi)))
+            # exp_reduce
+            kd = vfma(ehi, splat(INV_LN2N), splat(_SHIFT))
+            ki = builder.bitcast(kd, q8)
+            nkd = builder.fneg(builder.fsub(kd, splat(_SHIFT)))
+            r = builder.fadd(vfma(nkd, splat(LN2N_LO), vfma(nkd, splat(LN2N_HI), ehi)), elo)
+            # exp_finish with the factors of j and 2**q
+            p, plo, scale = _exp_factor_vectors(builder, ki)
+            r2 = builder.fmul(r, r)
+            tmp = vfma(
+                builder.fmul(r2, r2),
+                vfma(r, splat(_B3), splat(_B2)),
+                vfma(r2, vfma(r, splat(_B1), splat(_B0)), r),
+            )
+            m = builder.fmul(scale, builder.fadd(p, vfma(p, tmp, plo)))
+            # wide_sign
+            is_int = builder.fcmp_ordered("==", builder.call(floor8, [yv]), yv)
+            half = builder.fmul(yv, splat(0.5))
+            odd = builder.and_(
+                is_int, builder.fcmp_unordered("!=", builder.call(floor8, [half]), half)
+            )
+            factor = builder.select(
+                odd, splat(-1.0), builder.select(is_int, splat(1.0), splat(_NAN))
+            )
+            neg = builder.fcmp_ordered("<", xv, splat(0.0))
+            result = builder.select(neg, builder.fmul(m, factor), m)
+            # exp_in_range, and (an array's) finite exponents
+            bad = builder.fcmp_unordered(">=", builder.call(fabs8, [ehi]), splat(708.0))
+            ybits = builder.and_(builder.bitcast(yv, q8), splat(0x7FFFFFFFFFFFFFFF, q8))
+            inf = builder.icmp_unsigned(">=", ybits, splat(0x7FF << 52, q8))
+            if mask is not None:
+                bad, inf = builder.and_(bad, mask), builder.and_(inf, mask)
+            builder.store(builder.or_(builder.load(flagged), bad), flagged)
+            builder.store(builder.or_(builder.load(infinite), inf), infinite)
+            if mask is None:
+                builder.store(result, at(op, i), align=8)
+            else:
+                builder.call(masked_store, [result, at(op, i), ir.Constant(i32, 8), mask])
+
+        total = context.cast(builder, args[4], nty, types.int64)
+        eight = ir.Constant(i64, 8)
+        count = builder.sdiv(total, eight)
         with cgutils.for_range(builder, count) as loop:
-            i = builder.mul(loop.index, ir.Constant(i64, 8))
+            step(builder.mul(loop.index, eight), None)
+        i = builder.mul(count, eight)
+        rest = builder.sub(total, i)
+        with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(i64, 0))):
+            lanes = ir.Constant(q8, list(range(8)))
+            step(i, builder.icmp_signed("<", lanes, vector_splat(builder, rest, q8)))
 
-            def at(j, vt):
-                return builder.bitcast(builder.gep(ptrs[j], [i]), vt.as_pointer())
+        def any_lane(ptr):
+            return builder.icmp_unsigned(
+                "!=", builder.bitcast(builder.load(ptr), i8), ir.Constant(i8, 0)
+            )
 
-            ki = builder.load(at(0, q8), align=8)
-            jh = builder.lshr(ki, splat(_FINE_BITS))  # permutes read the low bits only
-            a_hi = builder.call(permi2, [c_hi[0], jh, c_hi[1]])
-            a_lo = builder.call(permi2, [c_lo[0], jh, c_lo[1]])
-            b_hi = builder.call(permvar, [f_hi[0], ki])
-            b_lo = builder.call(permvar, [f_lo[0], ki])
-            prod = builder.fmul(a_hi, b_hi)
-            err = builder.call(fma8, [a_hi, b_hi, builder.fneg(prod)])
-            low = builder.call(fma8, [a_hi, b_lo, builder.call(fma8, [a_lo, b_hi, err])])
-            q = builder.shl(builder.and_(ki, splat(~(_EXP_N - 1) & (2**64 - 1))),
-                            splat(52 - EXP_BITS))  # fmt: skip
-            s = builder.bitcast(builder.add(q, splat(1023 << 52)), d8)
-            builder.store(prod, at(1, d8), align=8)
-            builder.store(low, at(2, d8), align=8)
-            builder.store(s, at(3, d8), align=8)
-        return context.get_dummy_value()
+        return context.make_tuple(
+            builder, signature.return_type, [any_lane(flagged), builder.not_(any_lane(infinite))]
+        )
 
     return sig, codegen
 
@@ -667,7 +773,7 @@ def exp_wide_of_log(x, y, lhi, llo):
     """(x**y, ok) from log|x| = lhi + llo for a normal finite x and a finite y:
     ``pow_wide_finish`` without its special values (x = 1 and y = 0 come out as exactly 1:
     the log of 1 is exactly 0).  A negative x takes C99's sign (``wide_sign``).  The float64
-    kernel on AVX-512 runs the same steps in three loops (``power._clean_exp``)."""
+    kernel on AVX-512 runs the same steps as vector code (``exp_wide_vectors``)."""
     ehi, elo = times_log(y, lhi, llo)
     return wide_sign(x, y, _exp_wide(ehi, elo)), exp_in_range(ehi)
 
