@@ -7,6 +7,9 @@ import numpy as np
 
 def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """numpy's broadcast of ``shapes``; a ``ValueError`` naming the operator and shapes if none."""
+    first = tuple(shapes[0])
+    if all(tuple(s) == first for s in shapes[1:]):
+        return first  # the common case, without numpy's 2.5 us
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:
