@@ -353,6 +353,50 @@ EXP2_16 = EXP_FACTORS[0]
 _EXP2_16_R = (_R1, _R2, _R3, _R4, _R5, _R6)
 
 
+def _masked_load(builder, vt, ptr, mask, fill, align):
+    """The vector of type ``vt`` at ``ptr``, lanes off in ``mask`` not read (``fill``'s
+    lanes instead): ``llvm.masked.load``."""
+    i32, m = ir.IntType(32), ir.VectorType(ir.IntType(1), vt.count)
+    suffix = "f64" if isinstance(vt.element, ir.DoubleType) else "f32"
+    fn = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(vt, [vt.as_pointer(), i32, m, vt]),
+        f"llvm.masked.load.v{vt.count}{suffix}.p0",
+    )
+    return builder.call(fn, [ptr, ir.Constant(i32, align), mask, fill])
+
+
+def _masked_store(builder, value, ptr, mask, align):
+    """Store the lanes of ``value`` on in ``mask`` at ``ptr``: ``llvm.masked.store``."""
+    vt = value.type
+    i32, m = ir.IntType(32), ir.VectorType(ir.IntType(1), vt.count)
+    suffix = "f64" if isinstance(vt.element, ir.DoubleType) else "f32"
+    fn = cgutils.get_or_insert_function(
+        builder.module,
+        ir.FunctionType(ir.VoidType(), [vt, vt.as_pointer(), i32, m]),
+        f"llvm.masked.store.v{vt.count}{suffix}.p0",
+    )
+    builder.call(fn, [value, ptr, ir.Constant(i32, align), mask])
+
+
+def _by_eight(builder, total, step):
+    """``step(i, None)`` for i = 0, 8, ... over the whole vectors of ``total`` (an i64)
+    elements, then ``step(i, mask)`` once for the last ``total % 8``, ``mask`` the lanes that
+    exist: the loop of the vector intrinsics here, none of whose elements is computed another
+    way."""
+    i64 = ir.IntType(64)
+    eight = ir.Constant(i64, 8)
+    count = builder.sdiv(total, eight)
+    with cgutils.for_range(builder, count) as loop:
+        step(builder.mul(loop.index, eight), None)
+    i = builder.mul(count, eight)
+    rest = builder.sub(total, i)
+    with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(i64, 0))):
+        q8 = ir.VectorType(i64, 8)
+        lanes = ir.Constant(q8, list(range(8)))
+        step(i, builder.icmp_signed("<", lanes, vector_splat(builder, rest, q8)))
+
+
 @intrinsic
 def narrow_exp2_vectors(typingctx, t, out, n):
     """``out[i]`` = 2**``t[i]`` rounded to ``out``'s float32 or float64, for i < n and
@@ -372,29 +416,18 @@ def narrow_exp2_vectors(typingctx, t, out, n):
     sig = types.void(t, out, n)
 
     def codegen(context, builder, signature, args):
-        i1, i32, i64 = ir.IntType(1), ir.IntType(32), ir.IntType(64)
+        i64 = ir.IntType(64)
         d8 = ir.VectorType(ir.DoubleType(), 8)
         q8 = ir.VectorType(i64, 8)
         o8 = ir.VectorType(context.get_value_type(signature.args[1].dtype), 8)
-        m8 = ir.VectorType(i1, 8)
         tp, op = (
             context.make_array(ty)(context, builder, a).data
             for ty, a in zip(signature.args[:2], args[:2], strict=True)
         )
-        module = builder.module
         permi2 = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8, q8, d8]), "llvm.x86.avx512.vpermi2var.pd.512"
+            builder.module, ir.FunctionType(d8, [d8, q8, d8]), "llvm.x86.avx512.vpermi2var.pd.512"
         )
         fma8 = vector_fma(builder, d8)
-        suffix = "f64" if o8.element == d8.element else "f32"
-        masked_load = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8.as_pointer(), i32, m8, d8]), "llvm.masked.load.v8f64.p0"
-        )
-        masked_store = cgutils.get_or_insert_function(
-            module,
-            ir.FunctionType(ir.VoidType(), [o8, o8.as_pointer(), i32, m8]),
-            f"llvm.masked.store.v8{suffix}.p0",
-        )
 
         def splat(v, vt=d8):
             return ir.Constant(vt, [v] * 8)
@@ -423,20 +456,15 @@ def narrow_exp2_vectors(typingctx, t, out, n):
         def at(ptr, i, vt):
             return builder.bitcast(builder.gep(ptr, [i]), vt.as_pointer())
 
-        total = context.cast(builder, args[2], signature.args[2], types.int64)
-        eight = ir.Constant(i64, 8)
-        count = builder.sdiv(total, eight)
-        with cgutils.for_range(builder, count) as loop:
-            i = builder.mul(loop.index, eight)
-            r = exp2(builder.load(at(tp, i, d8), align=8))
-            builder.store(r, at(op, i, o8), align=align)
-        i = builder.mul(count, eight)
-        rest = builder.sub(total, i)
-        with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(i64, 0))):
-            lanes = ir.Constant(q8, list(range(8)))
-            mask = builder.icmp_signed("<", lanes, vector_splat(builder, rest, q8))
-            tv = builder.call(masked_load, [at(tp, i, d8), ir.Constant(i32, 8), mask, splat(0.0)])
-            builder.call(masked_store, [exp2(tv), at(op, i, o8), ir.Constant(i32, align), mask])
+        def step(i, mask):
+            if mask is None:
+                r = exp2(builder.load(at(tp, i, d8), align=8))
+                builder.store(r, at(op, i, o8), align=align)
+            else:
+                tv = _masked_load(builder, d8, at(tp, i, d8), mask, splat(0.0), 8)
+                _masked_store(builder, exp2(tv), at(op, i, o8), mask, align)
+
+        _by_eight(builder, context.cast(builder, args[2], signature.args[2], types.int64), step)
         return context.get_dummy_value()
 
     return sig, codegen
@@ -639,7 +667,7 @@ def exp_wide_vectors(typingctx, x, y, out, low, n):
     sig = types.UniTuple(types.boolean, 2)(x, y, out, low, n)
 
     def codegen(context, builder, signature, args):
-        i1, i8, i32, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+        i1, i8, i64 = ir.IntType(1), ir.IntType(8), ir.IntType(64)
         d8 = ir.VectorType(ir.DoubleType(), 8)
         q8 = ir.VectorType(i64, 8)
         m8 = ir.VectorType(i1, 8)
@@ -655,14 +683,6 @@ def exp_wide_vectors(typingctx, x, y, out, low, n):
         floor8 = cgutils.get_or_insert_function(
             module, ir.FunctionType(d8, [d8]), "llvm.floor.v8f64"
         )
-        masked_load = cgutils.get_or_insert_function(
-            module, ir.FunctionType(d8, [d8.as_pointer(), i32, m8, d8]), "llvm.masked.load.v8f64.p0"
-        )
-        masked_store = cgutils.get_or_insert_function(
-            module,
-            ir.FunctionType(ir.VoidType(), [d8, d8.as_pointer(), i32, m8]),
-            "llvm.masked.store.v8f64.p0",
-        )
 
         def splat(v, vt=d8):
             return ir.Constant(vt, [v] * 8)
@@ -676,7 +696,7 @@ def exp_wide_vectors(typingctx, x, y, out, low, n):
         def load(ptr, i, mask, fill):
             if mask is None:
                 return builder.load(at(ptr, i), align=8)
-            return builder.call(masked_load, [at(ptr, i), ir.Constant(i32, 8), mask, splat(fill)])
+            return _masked_load(builder, d8, at(ptr, i), mask, splat(fill), 8)
 
         y_scalar = None if y_array else vector_splat(builder, args[1], d8)
         flagged = cgutils.alloca_once_value(builder, ir.Constant(m8, [0] * 8))
@@ -718,25 +738,15 @@ def exp_wide_vectors(typingctx, x, y, out, low, n):
             bad = builder.fcmp_unordered(">=", builder.call(fabs8, [ehi]), splat(708.0))
             ybits = builder.and_(builder.bitcast(yv, q8), splat(0x7FFFFFFFFFFFFFFF, q8))
             inf = builder.icmp_unsigned(">=", ybits, splat(0x7FF << 52, q8))
-            if mask is not None:
-                bad, inf = builder.and_(bad, mask), builder.and_(inf, mask)
+            # (lanes past n: their zeros give ehi = 0 and a finite y, or a scalar y's own flags)
             builder.store(builder.or_(builder.load(flagged), bad), flagged)
             builder.store(builder.or_(builder.load(infinite), inf), infinite)
             if mask is None:
                 builder.store(result, at(op, i), align=8)
             else:
-                builder.call(masked_store, [result, at(op, i), ir.Constant(i32, 8), mask])
+                _masked_store(builder, result, at(op, i), mask, 8)
 
-        total = context.cast(builder, args[4], nty, types.int64)
-        eight = ir.Constant(i64, 8)
-        count = builder.sdiv(total, eight)
-        with cgutils.for_range(builder, count) as loop:
-            step(builder.mul(loop.index, eight), None)
-        i = builder.mul(count, eight)
-        rest = builder.sub(total, i)
-        with builder.if_then(builder.icmp_signed(">", rest, ir.Constant(i64, 0))):
-            lanes = ir.Constant(q8, list(range(8)))
-            step(i, builder.icmp_signed("<", lanes, vector_splat(builder, rest, q8)))
+        _by_eight(builder, context.cast(builder, args[4], nty, types.int64), step)
 
         def any_lane(ptr):
             return builder.icmp_unsigned(
