@@ -19,6 +19,14 @@ def cpu_features() -> frozenset[str]:
     return frozenset(f[1:] for f in given if f.startswith("+"))
 
 
+def cpu_name() -> str:
+    """The CPU model numba compiles for, in LLVM's names (``znver4``, ``sapphirerapids``, ...):
+    the host's, or ``NUMBA_CPU_NAME``."""
+    if numba.config.CPU_NAME in (None, "host"):
+        return _llvm.get_host_cpu_name()
+    return numba.config.CPU_NAME
+
+
 def vector_bits() -> int:
     """Width of the vector registers kernels written as LLVM vector code are built for: 512
     with AVX-512F, 256 with AVX2 and FMA, 0 otherwise (those kernels are then not used)."""

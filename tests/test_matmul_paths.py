@@ -392,7 +392,7 @@ def test_half_panels_keep_specials(no_pairs, rng, monkeypatch, dtype):
 
 
 # bfloat16 on AVX512_BF16: pair dot products (vdpbf16ps)
-PAIRS_HW = pairs.pairs_win(1024, 1024, 1024)
+PAIRS_HW = pairs.pairs_supported()
 
 
 def pair_order_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -432,8 +432,10 @@ def _stepped(x):
 
 @pytest.fixture
 def small_pairs(monkeypatch):
-    """Small bfloat16 products take the pairs too, so their edges can be checked."""
+    """Small bfloat16 products take the pairs too, so their edges can be checked, also on CPUs
+    where the panels are faster."""
     monkeypatch.setattr(pairs, "PAIRS_MIN_MNK", 1)
+    monkeypatch.setattr(pairs, "pairs_fast", lambda: True)
 
 
 PAIR_SHAPES = [
@@ -484,11 +486,33 @@ def test_bf16_pairs_row_blocks(paths, rng, small_pairs):
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
-def test_bf16_pairs_default_sizes(paths, rng):
+def test_bf16_pairs_default_sizes(paths, rng, monkeypatch):
+    monkeypatch.setattr(pairs, "pairs_fast", lambda: True)
     a = wide_operand(rng, (300, 256))
     b = wide_operand(rng, (256, 200))
     assert_same_values(noo.matmul(a, b), pair_order_product(a, b))
     assert set(paths) == {"pairs", "vector"} and paths[0] == "pairs"
+
+
+def test_bf16_panels_where_pairs_are_slow(paths, rng, monkeypatch):
+    # A CPU whose pair dot products do fewer multiply-adds per ns than its float32 FMAs keeps
+    # the float32 panels at every size.
+    monkeypatch.setattr(pairs, "pairs_fast", lambda: False)
+    a = rng.integers(-30, 31, (300, 256)).astype(BF16)  # float32 sums exact, in any order
+    b = rng.integers(-30, 31, (256, 200)).astype(BF16)
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert_same_values(noo.matmul(a, b), round_to_format(exact, BF16))
+    assert paths == ["widen", "blas", "narrow"]
+
+
+def test_pairs_fast_only_where_the_instruction_is(monkeypatch):
+    monkeypatch.setattr(pairs, "pairs_supported", lambda: False)
+    monkeypatch.setattr(pairs, "cpu_name", lambda: "znver4")
+    assert not pairs.pairs_fast.__wrapped__()
+    monkeypatch.setattr(pairs, "pairs_supported", lambda: True)
+    assert pairs.pairs_fast.__wrapped__()
+    monkeypatch.setattr(pairs, "cpu_name", lambda: "sapphirerapids")
+    assert not pairs.pairs_fast.__wrapped__()
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
