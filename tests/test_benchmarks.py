@@ -362,6 +362,19 @@ def test_calls_per_sample_come_from_the_steady_rate_not_a_cold_first_call():
     assert next(slow) == 0.2  # stopped once the calls had taken the limit
 
 
+def test_each_estimate_starts_after_the_pause_a_sample_gets(monkeypatch):
+    events = []
+    monkeypatch.setattr(
+        _bench.timing, "wait_until_idle", lambda limit_s, min_s=0.0: events.append(("wait", min_s))
+    )
+    funcs = {"a": lambda: events.append("a"), "b": lambda: events.append("b")}
+    timing = _bench.TIMINGS["full"]
+    estimates = _bench.timing.call_estimates(funcs, timing)
+    assert set(estimates) == {"a", "b"}
+    pause = ("wait", timing.min_pause_s)
+    assert events == [pause, "a", "a", "a", pause, "b", "b", "b"]
+
+
 def test_the_fma_peak_kernel_computes_every_chain():
     from fractions import Fraction
 

@@ -16,7 +16,7 @@ from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
 from .report import fmt_first_calls, fmt_ratio, fmt_time
-from .timing import TIMINGS, steady_call_time, time_interleaved, wait_until_idle
+from .timing import TIMINGS, call_estimates, time_interleaved, wait_until_idle
 
 
 @dataclass
@@ -105,8 +105,7 @@ def run_case(
     if not funcs:
         return row
     # Not the first call, which for us includes compiling.
-    estimates = {name: steady_call_time(func) for name, func in funcs.items()}
-    samples = time_interleaved(funcs, estimates, TIMINGS[size])
+    samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
     row.times = {name: statistics.median(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))
     ratio = f"  speed-up {fmt_ratio(row.ratio)}" if row.ratio is not None else ""
@@ -149,8 +148,7 @@ def run_spreads(
             case = by_name[name]
             funcs[name] = FACTORIES[OURS](case, *make_inputs(case, size))
         say(f"spread of our times, {spread.name}: {', '.join(spread.cases)}")
-        estimates = {name: steady_call_time(func) for name, func in funcs.items()}
-        samples = time_interleaved(funcs, estimates, TIMINGS[size])
+        samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
         spreads[spread] = {name: statistics.median(s) for name, s in samples.items()}
         del funcs  # the inputs (up to 80 MB a case) before the next spread's
     return spreads

@@ -75,6 +75,22 @@ def steady_call_time(func: Callable[[], Any], calls: int = 3, limit_s: float = 1
     return best
 
 
+def call_estimates(funcs: dict[str, Callable[[], Any]], timing: Timing) -> dict[str, float]:
+    """``steady_call_time`` of each function, each after the same pause as a sample.
+
+    The estimates set how many calls make a sample, and a sample's first call runs cold: the
+    fewer calls, the more it weighs.  Taken back to back, an estimate falls on the pool threads
+    the one before left spinning: numpy's float32 matrix-vector product, estimated at 7.9 ms
+    right after onnxruntime's (1.4 ms otherwise), was then sampled one call at a time, and its
+    median came out 20-35% above the same call's sampled three at a time.
+    """
+    estimates = {}
+    for name, func in funcs.items():
+        wait_until_idle(timing.settle_s, min_s=timing.min_pause_s)
+        estimates[name] = steady_call_time(func)
+    return estimates
+
+
 def round_order(names: list[str], r: int) -> list[str]:
     """The order of the contenders in round ``r``, from a Williams design: over each cycle of
     rounds (as many as contenders, twice that for an odd count) every contender takes every
