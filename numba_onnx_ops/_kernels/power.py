@@ -26,6 +26,7 @@ from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
 from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
 from .ints import int_max, int_min
+from .microkernel import prefetch_rows_for_read
 from .powmath import (
     cube_wide,
     exp_wide_of_log,
@@ -741,12 +742,37 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # (in L1), then exp.  In one loop, LLVM's cost model turned vectorization down (four
     # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize, 2x faster.
     # The buffer is small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
+    # An array of exponents is read only by the exp loop, so the hardware's stream prefetch
+    # loses it during each log loop: each block first asks for the next block's exponents in
+    # L2.  10M float64 x ** y on an Intel Xeon (AVX-512), medians of 15 interleaved calls:
+    # one thread 45.8 -> 39.7 ms, two 24.6 -> 20.9 ms, bit-identical; x ** 3.7 and a row of
+    # exponents unchanged.  (Asking for the bases too made those 10% slower; for float32
+    # exponents, 8% slower.)
     low = stack_array(BLOCK, 0.0)
     full = ov.size - ov.size % BLOCK
     bad = False
     for s in range(0, full, BLOCK):
+        _prefetch_block(yv, s + BLOCK)
         bad |= _wide_block(xv, yv, ykind, ov, s, BLOCK, low)
     return _wide_block(xv, yv, ykind, ov, full, ov.size - full, low) or bad
+
+
+def _prefetch_block(v, s):  # pragma: no cover - overloaded below
+    raise NotImplementedError
+
+
+@helper_overload(_prefetch_block)
+def _prefetch_block_impl(v, s):
+    """Ask for ``v[s : s + BLOCK]`` (what of it exists) in L1; nothing for a scalar."""
+    if not isinstance(v, types.Array):
+        return lambda v, s: None
+
+    def impl(v, s):
+        n = int_min(BLOCK, v.size - s)
+        if n > 0:
+            prefetch_rows_for_read(v, s, 1, 0, n)
+
+    return impl
 
 
 @helper(error_model="numpy")
