@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from . import _alloc
 from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
 from ._cpu import last_level_cache_bytes
 from ._dtypes import BFLOAT16, FLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
@@ -76,6 +77,11 @@ def pow(  # noqa: A001 - the ONNX operator's name
         A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
         ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
     """
+    if out is None and opset is None and broadcast is None and axis is None:
+        if type(X) is np.ndarray:
+            result = _common_call(X, Y)
+            if result is not None:
+                return result
     if dask_operand(X, Y):
         from . import _dask
 
@@ -85,6 +91,73 @@ def pow(  # noqa: A001 - the ONNX operator's name
     if target.size:
         _run(x, y, shape, target)
     return finish(result, target)
+
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+# The exponent class of each Python scalar exponent seen with a float32/float64 base, by
+# (base dtype, type, value): (kernel, its scalar argument).  Bounded: cleared when full.
+_SCALAR_CALLS: dict = {}
+_SCALAR_CALLS_MAX = 256
+_UNIT = np.ones(1, np.int64)  # the strides of one contiguous run (never written)
+_NONE = np.zeros(1, np.int64)  # a scalar exponent's (never written)
+_IMIN_FLOAT = np.int64(0)
+
+
+def _common_call(X: np.ndarray, Y):
+    """``pow(X, Y)`` for the common call, in fewer steps than the general path (a 16-element
+    float32 ``x ** 3.7`` took 28 us there, most of it Python): a C-contiguous float32/float64
+    ``X`` with a Python float or int exponent, or with an ndarray exponent of the same dtype
+    and shape; newest version, no ``out``.  The same kernels with the same arguments as the
+    general path, so the same results.  ``None`` when the call is not of that kind.
+    """
+    dt = X.dtype
+    # ``is``: numpy's builtin dtypes are singletons (this also rules out a non-native order)
+    if not (dt is _F32 or dt is _F64) or X.size == 0:
+        return None
+    flags = X.flags
+    if not (flags.c_contiguous and flags.aligned):
+        return None
+    ty = type(Y)
+    if ty is float or ty is int:
+        key = (dt, ty, Y)
+        call = _SCALAR_CALLS.get(key)
+        if call is None:
+            label, x, y, _ = _check(X, Y, None, None, None)
+            call = _scalar_class(x.dtype, y)
+            if len(_SCALAR_CALLS) >= _SCALAR_CALLS_MAX:
+                _SCALAR_CALLS.clear()
+            _SCALAR_CALLS[key] = call
+        kernel, ybuf = call
+        if kernel == "one" or kernel == "copy":
+            return None
+        ystrides = _NONE
+    elif ty is np.ndarray and Y.dtype is dt and Y.shape == X.shape and Y.size > 1:
+        yflags = Y.flags
+        if not (yflags.c_contiguous and yflags.aligned):
+            return None
+        kernel = _k.pow_general
+        ybuf = Y.reshape(-1)  # (a new view: made read-only, as ``flat_buffer`` makes it)
+        ybuf.flags.writeable = False
+        ystrides = _UNIT
+    else:
+        return None
+    n = X.size
+    target = _alloc.empty(X.shape, dt)
+    xbuf = X.reshape(-1)
+    xbuf.flags.writeable = False
+    tview = target.reshape(-1)
+    flags = np.zeros(-(-n // _k.CHUNK), np.uint8) if kernel is _k.pow_general else _NO_FLAGS
+    stream = target.nbytes >= last_level_cache_bytes()
+    dims = np.array([n], np.int64)
+    args = (
+        xbuf, 0, _UNIT, NATIVE, ybuf, 0, ystrides, NATIVE, tview, dims, _IMIN_FLOAT,
+        _NO_TABLE, flags, stream,
+    )  # fmt: skip
+    launch(kernel, *args)
+    if np.count_nonzero(flags):
+        launch(_k.pow_fixup, *args)
+    return target
 
 
 def _check(X, Y, opset, broadcast, axis):

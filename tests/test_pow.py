@@ -762,6 +762,65 @@ def test_python_base_takes_exponent_dtype_at_pow7():
     assert_within_ulp(result, pow_float_exact(np.array(2.0, F16), y), F16)
 
 
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_common_calls_equal_the_general_path(dtype, monkeypatch):
+    """Contiguous float32/float64 bases with a Python exponent, or with a same-shape array of
+    their dtype, skip the general path's steps; the results are the general path's bit for
+    bit, and the exponent's class is found once per value."""
+    from numba_onnx_ops import power
+
+    checked = []
+    real_check = power._check
+    monkeypatch.setattr(power, "_check", lambda *a: checked.append(a[1]) or real_check(*a))
+    monkeypatch.setattr(power, "_SCALAR_CALLS", {})
+    rng = np.random.default_rng(7)
+    special = np.array(_FLOAT_BASES + _subnormal_and_max(dtype), dtype)
+    bases = [
+        special,
+        rng.uniform(-3, 3, (3, 70_000)).astype(dtype),  # several chunks per row
+        np.array(2.5, dtype),
+        np.array([0.75], dtype),
+    ]
+    exponents = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 2**40, 2**63, 1e300, -1e-300,
+                 math.inf, math.nan]  # fmt: skip
+    for x in bases:
+        for y in exponents:
+            assert_same_values(noo.pow(x, y), noo.pow(x, y, opset=15), what=f"{x.shape} ** {y}")
+        ys = rng.uniform(-4, 4, x.shape).astype(dtype)
+        ys.reshape(-1)[: min(ys.size, len(_FLOAT_EXPONENTS))] = _FLOAT_EXPONENTS[: ys.size]
+        assert_same_values(noo.pow(x, ys), noo.pow(x, ys, opset=15), what=f"{x.shape} ** array")
+    general = len(bases) * (len(exponents) + 1)  # the calls with opset=15
+    new_scalars = len(exponents)  # each value's first call looks up its class
+    arrays_of_one = 2  # a one-element exponent array takes the general path's scalar classes
+    assert len(checked) == general + new_scalars + arrays_of_one
+
+
+@pytest.mark.parametrize(
+    "x, y",
+    [
+        (np.arange(1.0, 7.0, dtype=F32)[::2], 3.7),  # strided base
+        (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 7.0, dtype=F64)),  # other dtype
+        (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 4.0, dtype=F32)[:, None]),  # broadcast
+        (np.arange(1.0, 7.0, dtype=F32), np.float32(3.7)),  # a numpy scalar: typed
+        (np.arange(1.0, 7.0, dtype=F32).astype(">f4"), 3.7),  # non-native byte order
+        (np.arange(1.0, 7.0, dtype=F32), 0.0),  # x ** 0
+        (np.arange(1.0, 7.0, dtype=F32), 1),  # x ** 1
+    ],
+    ids=str,
+)
+def test_other_calls_take_the_general_path(x, y, monkeypatch):
+    from numba_onnx_ops import power
+
+    checked = []
+    real_check = power._check
+    monkeypatch.setattr(power, "_check", lambda *a: checked.append(a[1]) or real_check(*a))
+    noo.pow(x, y)  # (the class of a new scalar exponent is looked up once, by the checks)
+    checked.clear()
+    got = noo.pow(x, y)
+    assert len(checked) == 1
+    assert_same_values(got, noo.pow(x, y, opset=15))
+
+
 def test_numpy_scalars_are_not_weakly_typed():
     x = np.array([1.5, 2.0], dtype=F16)
     with pytest.raises(TypeError):
