@@ -93,66 +93,76 @@ def pow(  # noqa: A001 - the ONNX operator's name
     return finish(result, target)
 
 
-_F32 = np.dtype(np.float32)
-_F64 = np.dtype(np.float64)
-# The exponent class of each Python scalar exponent seen with a float32/float64 base, by
-# (base dtype, type, value): (kernel, its scalar argument).  Bounded: cleared when full.
+# What the common call (``_common_call``) has learned from the general path's checks: the
+# exponent class of each Python scalar exponent by (base dtype, type, value), as (kernel, its
+# scalar argument, the base's smallest integer), and the (base, exponent) dtype pairs allowed.
+# Bounded: cleared when full.
 _SCALAR_CALLS: dict = {}
-_SCALAR_CALLS_MAX = 256
+_ARRAY_PAIRS: dict = {}
+_LEARNED_MAX = 256
 _UNIT = np.ones(1, np.int64)  # the strides of one contiguous run (never written)
 _NONE = np.zeros(1, np.int64)  # a scalar exponent's (never written)
-_IMIN_FLOAT = np.int64(0)
+
+
+def _learn(cache: dict, key, value):
+    if len(cache) >= _LEARNED_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _common_call(X: np.ndarray, Y):
     """``pow(X, Y)`` for the common call, in fewer steps than the general path (a 16-element
-    float32 ``x ** 3.7`` took 28 us there, most of it Python): a C-contiguous float32/float64
-    ``X`` with a Python float or int exponent, or with an ndarray exponent of the same dtype
-    and shape; newest version, no ``out``.  The same kernels with the same arguments as the
-    general path, so the same results.  ``None`` when the call is not of that kind.
+    float32 ``x ** 3.7`` took 28 us there, most of it Python, a float16 ``x ** 2`` 35 us): a
+    C-contiguous ``X`` with a Python float or int exponent, or with an ndarray exponent of the
+    same shape; newest version, no ``out``.  The same kernels with the same arguments as the
+    general path, so the same results, and the general path's checks and errors on the first
+    call of each exponent value or dtype pair.  ``None`` when the call is not of that kind.
     """
     dt = X.dtype
-    # ``is``: numpy's builtin dtypes are singletons (this also rules out a non-native order)
-    if not (dt is _F32 or dt is _F64) or X.size == 0:
-        return None
     flags = X.flags
-    if not (flags.c_contiguous and flags.aligned):
+    if X.size == 0 or not (flags.c_contiguous and flags.aligned and dt.isnative):
         return None
     ty = type(Y)
     if ty is float or ty is int:
-        key = (dt, ty, Y)
-        call = _SCALAR_CALLS.get(key)
+        call = _SCALAR_CALLS.get((dt, ty, Y))
         if call is None:
-            label, x, y, _ = _check(X, Y, None, None, None)
-            call = _scalar_class(x.dtype, y)
-            if len(_SCALAR_CALLS) >= _SCALAR_CALLS_MAX:
-                _SCALAR_CALLS.clear()
-            _SCALAR_CALLS[key] = call
-        kernel, ybuf = call
+            _, x, y, _ = _check(X, Y, None, None, None)
+            kernel, exponent = _scalar_class(x.dtype, y)
+            call = _learn(_SCALAR_CALLS, (dt, ty, Y), (kernel, exponent, np.int64(_imin(dt))))
+        kernel, ybuf, imin = call
         if kernel == "one" or kernel == "copy":
             return None
-        ystrides = _NONE
-    elif ty is np.ndarray and Y.dtype is dt and Y.shape == X.shape and Y.size > 1:
+        if dt in _HALF_TYPES and X.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
+            return None  # (the tables)
+        ykind, ystrides = NATIVE, _NONE
+    elif ty is np.ndarray and Y.shape == X.shape and Y.size > 1:
         yflags = Y.flags
-        if not (yflags.c_contiguous and yflags.aligned):
+        if not (yflags.c_contiguous and yflags.aligned and Y.dtype.isnative):
             return None
+        imin = _ARRAY_PAIRS.get((dt, Y.dtype))
+        if imin is None:
+            _check(X, Y, None, None, None)
+            imin = _learn(_ARRAY_PAIRS, (dt, Y.dtype), np.int64(_imin(dt)))
         kernel = _k.pow_general
-        ybuf = Y.reshape(-1)  # (a new view: made read-only, as ``flat_buffer`` makes it)
+        yv, ykind = kernel_view(Y)
+        ybuf = yv.reshape(-1)  # (a new view: made read-only, as ``flat_buffer`` makes it)
         ybuf.flags.writeable = False
         ystrides = _UNIT
     else:
         return None
     n = X.size
     target = _alloc.empty(X.shape, dt)
-    xbuf = X.reshape(-1)
+    xv, xkind = kernel_view(X)
+    xbuf = xv.reshape(-1)
     xbuf.flags.writeable = False
-    tview = target.reshape(-1)
+    tview = kernel_view(target)[0].reshape(-1)
     flags = np.zeros(-(-n // _k.CHUNK), np.uint8) if kernel is _k.pow_general else _NO_FLAGS
     stream = target.nbytes >= last_level_cache_bytes()
     dims = np.array([n], np.int64)
     args = (
-        xbuf, 0, _UNIT, NATIVE, ybuf, 0, ystrides, NATIVE, tview, dims, _IMIN_FLOAT,
-        _NO_TABLE, flags, stream,
+        xbuf, 0, _UNIT, xkind, ybuf, 0, ystrides, ykind, tview, dims, imin, _NO_TABLE, flags,
+        stream,
     )  # fmt: skip
     launch(kernel, *args)
     if np.count_nonzero(flags):

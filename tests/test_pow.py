@@ -762,44 +762,71 @@ def test_python_base_takes_exponent_dtype_at_pow7():
     assert_within_ulp(result, pow_float_exact(np.array(2.0, F16), y), F16)
 
 
-@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def _common_call_bases(dtype, rng):
+    if is_int(dtype):
+        info = np.iinfo(dtype)
+        special = np.array([v for v in _INT_BASES if info.min <= v <= info.max], dtype)
+        many = rng.integers(-50, 50, (3, 70_000)).astype(dtype)
+    else:
+        with np.errstate(over="ignore"):  # (1e30 as float16)
+            special = np.array(_FLOAT_BASES + _subnormal_and_max(dtype), dtype)
+        many = rng.uniform(-3, 3, (3, 70_000)).astype(dtype)  # several chunks per row
+    return [special, many, np.array(2, dtype), np.array([3], dtype)]
+
+
+_COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63, 1e300, -1e-300,
+                     math.inf, math.nan]  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, I32, I64], ids=dtype_id)
 def test_common_calls_equal_the_general_path(dtype, monkeypatch):
-    """Contiguous float32/float64 bases with a Python exponent, or with a same-shape array of
-    their dtype, skip the general path's steps; the results are the general path's bit for
-    bit, and the exponent's class is found once per value."""
+    """Contiguous bases with a Python exponent, or with a same-shape exponent array, skip the
+    general path's steps; the results are the general path's bit for bit."""
+    from numba_onnx_ops import power
+
+    monkeypatch.setattr(power, "_SCALAR_CALLS", {})
+    monkeypatch.setattr(power, "_ARRAY_PAIRS", {})
+    rng = np.random.default_rng(7)
+    for x in _common_call_bases(dtype, rng):
+        for y in _COMMON_EXPONENTS:
+            assert_same_values(noo.pow(x, y), noo.pow(x, y, opset=15), what=f"{x.shape} ** {y}")
+        for ydtype in (dtype, F32, I64):
+            ys = rng.uniform(-4, 4, x.shape).astype(ydtype)
+            if not is_int(ydtype):
+                with np.errstate(over="ignore"):  # (1e10 as float16)
+                    ys.reshape(-1)[: len(_FLOAT_EXPONENTS)] = _FLOAT_EXPONENTS[: ys.size]
+            want = noo.pow(x, ys, opset=15)
+            assert_same_values(noo.pow(x, ys), want, what=f"{x.shape} ** {ydtype} array")
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
     from numba_onnx_ops import power
 
     checked = []
     real_check = power._check
     monkeypatch.setattr(power, "_check", lambda *a: checked.append(a[1]) or real_check(*a))
     monkeypatch.setattr(power, "_SCALAR_CALLS", {})
-    rng = np.random.default_rng(7)
-    special = np.array(_FLOAT_BASES + _subnormal_and_max(dtype), dtype)
-    bases = [
-        special,
-        rng.uniform(-3, 3, (3, 70_000)).astype(dtype),  # several chunks per row
-        np.array(2.5, dtype),
-        np.array([0.75], dtype),
-    ]
-    exponents = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 2**40, 2**63, 1e300, -1e-300,
-                 math.inf, math.nan]  # fmt: skip
-    for x in bases:
-        for y in exponents:
-            assert_same_values(noo.pow(x, y), noo.pow(x, y, opset=15), what=f"{x.shape} ** {y}")
-        ys = rng.uniform(-4, 4, x.shape).astype(dtype)
-        ys.reshape(-1)[: min(ys.size, len(_FLOAT_EXPONENTS))] = _FLOAT_EXPONENTS[: ys.size]
-        assert_same_values(noo.pow(x, ys), noo.pow(x, ys, opset=15), what=f"{x.shape} ** array")
-    general = len(bases) * (len(exponents) + 1)  # the calls with opset=15
-    new_scalars = len(exponents)  # each value's first call looks up its class
-    arrays_of_one = 2  # a one-element exponent array takes the general path's scalar classes
-    assert len(checked) == general + new_scalars + arrays_of_one
+    monkeypatch.setattr(power, "_ARRAY_PAIRS", {})
+    x = np.linspace(0.5, 2, 3000, dtype=dtype).reshape(3, 1000)
+    for _ in range(3):
+        for y in _COMMON_EXPONENTS:
+            noo.pow(x, y)
+        noo.pow(x, x)
+        noo.pow(x, x.astype(I32))
+    assert len(checked) == len(_COMMON_EXPONENTS) + 2  # each value and dtype pair once
+    with pytest.raises(TypeError, match="Pow-15: Y has dtype bool"):
+        noo.pow(x, x > 1)  # an exponent dtype no version allows: the general path's error
+    with pytest.raises(TypeError, match="Pow-15: X has dtype bool"):
+        noo.pow(x > 1, 2.0)
 
 
 @pytest.mark.parametrize(
     "x, y",
     [
         (np.arange(1.0, 7.0, dtype=F32)[::2], 3.7),  # strided base
-        (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 7.0, dtype=F64)),  # other dtype
+        (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 7.0, dtype=F32).astype(">f4")),
+        (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 13.0, dtype=F32)[::2]),  # strided
         (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 4.0, dtype=F32)[:, None]),  # broadcast
         (np.arange(1.0, 7.0, dtype=F32), np.float32(3.7)),  # a numpy scalar: typed
         (np.arange(1.0, 7.0, dtype=F32).astype(">f4"), 3.7),  # non-native byte order
