@@ -247,3 +247,23 @@ class PowBaseDistribution:
 
     def time_pow(self, dtype_name, bases):
         pow(self.x, self.y)
+
+
+class PowSmall:
+    """x ** y on 16 elements: the cost of the front layer (checks, dispatch, allocation) and of
+    a kernel launch, with a Python exponent (as a numpy user writes it) or a same-shape array."""
+
+    params = (POW_X_DTYPES, ["python 3.7", "python 3", "same shape"])
+    param_names = ("dtype", "exponent")
+
+    def setup(self, dtype_name, exponent):
+        rng = np.random.default_rng(0)
+        self.x = _base(rng, (16,), dtype_name)
+        if exponent == "same shape":
+            self.y = _exponents(rng, (16,), dtype_name)
+        else:
+            self.y = float(exponent.split()[1]) if "." in exponent else int(exponent.split()[1])
+        pow(self.x, self.y)
+
+    def time_pow(self, dtype_name, exponent):
+        pow(self.x, self.y)

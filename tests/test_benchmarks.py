@@ -87,6 +87,7 @@ def test_suite_has_a_class_per_kind_of_call():
         "PowScalarExponent",
         "PowBroadcast",
         "PowTypes",
+        "PowSmall",
         "Compile",
     }
     for cls in CLASSES:
