@@ -763,7 +763,7 @@ def _prefetch_block(v, s):  # pragma: no cover - overloaded below
 
 @helper_overload(_prefetch_block)
 def _prefetch_block_impl(v, s):
-    """Ask for ``v[s : s + BLOCK]`` (what of it exists) in L1; nothing for a scalar."""
+    """Ask for ``v[s : s + BLOCK]`` (what of it exists) in L2; nothing for a scalar."""
     if not isinstance(v, types.Array):
         return lambda v, s: None
 
