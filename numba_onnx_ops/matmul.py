@@ -5,13 +5,16 @@ Dispatch, after every check:
 - float32/float64 products whose layout numpy's BLAS takes, except long batches of small
   matrices: ``numpy.matmul`` (OpenBLAS) on the validated arrays; plain 2-D, matrix-vector and
   same-length 3-D batch calls take a short path.  The crossovers live in ``_matmul_dispatch``.
-- large bfloat16 products on CPUs with AVX512_BF16: pair dot products on the vector
-  micro-kernel (``_matmul_bf16``), unless an operand could make the instruction flush a
-  subnormal.
+- large bfloat16 products on CPUs whose AVX512_BF16 pair dot products outrun float32 FMAs
+  (``_matmul_bf16.pairs_fast``): the pairs on the vector micro-kernel (``_matmul_bf16``),
+  unless an operand could make the instruction flush a subnormal.
 - other large float16/bfloat16 products: numpy's sgemm on bounded float32 panels
   (``_matmul_half``).
 - everything else (integers, smaller half products, long batches of small float matrices,
   layouts BLAS cannot take) runs on the own kernels (``_matmul_own`` picks one by shape).
+
+Plain 2-D and same-length 3-D calls of the other dtypes skip the general checks too, and go
+to the same dispatch.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_NEWEST_TYPES = MATMUL_TYPES[resolve_version("MatMul")]
 _np_matmul = np.matmul  # the BLAS path (a module global, so tests can watch it)
 
 
@@ -107,6 +111,26 @@ def matmul(
                 mat, vec = (A, B) if A.ndim == 2 else (B, A)
                 if vec.strides[0] == vec.itemsize and blasable(mat):
                     return _np_matmul(A, B)  # matrix-vector or vector-matrix: gemv
+        elif B.dtype == dt and A.ndim == B.ndim and (A.ndim == 2 or A.ndim == 3):
+            # The other dtypes, 2-D or one batch axis of the same length on both, no size 0:
+            # the general path's dispatch without its checks (a 4x4 int32 product: 14-19 us
+            # there, of which the checks and their bookkeeping took 4-9).
+            m, k = A.shape[-2:]
+            n = B.shape[-1]
+            batch = A.shape[:-2]
+            if (
+                k == B.shape[-2]
+                and m * n * k
+                and batch == B.shape[:-2]
+                and (not batch or batch[0])
+                and dt.isnative
+                and dt in _NEWEST_TYPES
+                and dt != _F32  # (float dtypes that are not numpy's own objects: BLAS
+                and dt != _F64  # may take them, so the general path)
+            ):
+                target = _alloc.empty(batch + (m, n), dt)
+                _dispatch_other(A, B, batch, m, n, k, target)
+                return target
     if dask_operand(A, B):
         from . import _dask
 
@@ -118,13 +142,21 @@ def matmul(
             target[...] = 0
         elif a.dtype in (_F32, _F64) and blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
             _np_matmul(a, b, out=target)
-        elif a.dtype == BFLOAT16 and pairs_win(m, n, k):
-            run_bf16_pairs(a2, b2, batch, m, n, k, target)
-        elif a.dtype.itemsize == 2 and half_blas_wins(m, n, k):
-            run_half_blas(a2, b2, batch, m, n, k, target)
         else:
-            run(a2, b2, batch, m, n, k, target)
+            _dispatch_other(a2, b2, batch, m, n, k, target)
     return finish(result, target)
+
+
+def _dispatch_other(a2, b2, batch, m, n, k, target) -> None:
+    """``target[...] = a2 @ b2`` for validated 2-D-promoted operands that numpy's BLAS does
+    not take as they are: half types on pairs or panels where large, else the own kernels."""
+    dt = a2.dtype
+    if dt == BFLOAT16 and pairs_win(m, n, k):
+        run_bf16_pairs(a2, b2, batch, m, n, k, target)
+    elif dt.itemsize == 2 and half_blas_wins(m, n, k):
+        run_half_blas(a2, b2, batch, m, n, k, target)
+    else:
+        run(a2, b2, batch, m, n, k, target)
 
 
 def _check(A, B, opset):

@@ -739,18 +739,24 @@ def test_fast_path_keeps_every_check(paths, rng):
     np.testing.assert_array_equal(got, noo.matmul(a, b))
 
 
-def test_same_length_float_batches_skip_the_general_checks(paths, rng, monkeypatch):
-    """Two float32/float64 batches of the same length (K > 0) take the general path's float
-    dispatch without its checks: BLAS for small batches, the own kernels for long ones.  A
-    broadcast batch, K = 0, a mismatch or an explicit opset still go through the checks."""
-    checked = []
+@pytest.fixture
+def checked(monkeypatch):
+    """The shapes of A in the calls that went through the general checks, in order."""
+    seen = []
     real_check = front._check
 
     def check_spy(*args):
-        checked.append(args[0].shape)
+        seen.append(args[0].shape)
         return real_check(*args)
 
     monkeypatch.setattr(front, "_check", check_spy)
+    return seen
+
+
+def test_same_length_float_batches_skip_the_general_checks(paths, rng, checked):
+    """Two float32/float64 batches of the same length (K > 0) take the general path's float
+    dispatch without its checks: BLAS for small batches, the own kernels for long ones.  A
+    broadcast batch, K = 0, a mismatch or an explicit opset still go through the checks."""
     a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 16), F32)
     np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
     long_batch = operand(rng, (4096, 8, 8), F64), operand(rng, (4096, 8, 8), F64)
@@ -769,6 +775,45 @@ def test_same_length_float_batches_skip_the_general_checks(paths, rng, monkeypat
         noo.matmul(a, operand(rng, (3, 16, 16), F32))
     with pytest.raises(ValueError, match="inner dimensions"):
         noo.matmul(a, operand(rng, (2, 8, 16), F32))
+
+
+@pytest.mark.parametrize("dtype", [I32, I64, U32, F16, BF16], ids=str)
+def test_other_dtypes_skip_the_general_checks(dtype, paths, rng, checked):
+    """2-D and same-length 3-D products of the other dtypes go to the general path's dispatch
+    without its checks, with the same results; everything else still goes through them."""
+    for sa, sb, layout in [
+        ((4, 4), (4, 4), "C"),
+        ((33, 20), (20, 47), "F"),
+        ((3, 9, 5), (3, 5, 17), "C"),
+        ((2, 300, 256), (2, 256, 200), "step"),  # half types: the panels (or the pairs)
+    ]:
+        a, b = operand(rng, sa, dtype, layout), operand(rng, sb, dtype)
+        assert_same_values(check(a, b), noo.matmul(a, b, opset=13), signed_zeros=False)
+    assert len(checked) == 4  # the calls with an opset
+    checked.clear()
+    general = [
+        ((2, 4, 3), (1, 3, 5)),  # broadcast batch
+        ((4, 3), (3,)),  # a vector
+        ((2, 3, 4, 3), (2, 3, 3, 5)),  # two batch axes
+        ((4, 0), (0, 5)),  # K = 0
+    ]
+    for sa, sb in general:
+        check(operand(rng, sa, dtype), operand(rng, sb, dtype))
+    a = operand(rng, (4, 3), dtype)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        noo.matmul(a, operand(rng, (4, 4), dtype))
+    with pytest.raises(TypeError, match="same dtype"):
+        noo.matmul(a, operand(rng, (3, 4), F32))
+    assert len(checked) == len(general) + 2
+
+
+def test_other_dtypes_outside_the_short_path(rng):
+    a = np.ones((3, 3), np.int8)
+    with pytest.raises(TypeError, match="MatMul-13: A has dtype int8"):
+        noo.matmul(a, a)  # a dtype no version allows: the general path's error
+    a, b = operand(rng, (5, 3), I32), operand(rng, (3, 4), I32)
+    swapped = noo.matmul(a.astype(">i4"), b.astype(">i4"))  # non-native order: converted
+    assert_same_values(swapped, noo.matmul(a, b))
 
 
 # ------------------------------------------------------------------------------------------
