@@ -8,7 +8,7 @@ import numba
 import numpy as np
 
 from ._broadcast import batch_offsets, flat_buffer
-from ._cpu import cpu_features, vector_bits
+from ._cpu import cpu_features, cpu_name, vector_bits
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
@@ -85,9 +85,21 @@ _WIDE_BLOCK = {512: (8, 2), 256: (6, 2)}
 # FMA peak either way with its operands in L1 (109-114 GFLOP/s a core); on batches streamed from
 # L3 the wider strip gained 10-20%.  Zen 4, 2 threads, one process, medians of 41-61, 8x2 / 4x4
 # / 6x4 (GFLOP/s): float32 64 x 128x64x128 87 / 112 / 106, 64 x 256^3 135 / 151 / 147; float64
-# 64 x 128x64x128 45 / 48 / 50, 16 x 256^3 67 / 72 / 76.  Four rows, not six: as fast, and M
-# needs no edge block when it is a multiple of 4.
-_WIDER_BLOCK = {512: (4, 4)}
+# 64 x 128x64x128 45 / 48 / 50, 16 x 256^3 67 / 72 / 76.  There, four rows for float32 (and
+# the 64-bit integers): as fast, and M needs no edge block when it is a multiple of 4; six for
+# float64.  Six rows for every type on other CPUs: on an Intel Xeon (AVX-512, two 512-bit FMAs
+# per cycle, twice Zen 4's rate for the same loads of B), one process, medians of 15-21, 4x4 /
+# 6x4 (us): float32 8 x 8 broadcast 256^3 10818 / 8949, 4 x 256^3 880 / 746, 64 x 128x64x128
+# 834 / 865; float64 22856 / 18762, 1686 / 1456, 1938 / 1774; int64 512^3 8982 / 8441,
+# 8 x 256^3 6883 / 6623.
+_WIDER_BLOCK = {512: (6, 4)}
+_WIDER_BLOCK_ZEN = (4, 4)  # all but float64
+
+
+def _wider_block(bits: int, dtype: np.dtype) -> tuple[int, int] | None:
+    if bits == 512 and dtype != _F64 and cpu_name().startswith("znver"):
+        return _WIDER_BLOCK_ZEN
+    return _WIDER_BLOCK.get(bits)
 
 
 @functools.cache
@@ -104,7 +116,7 @@ def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
     elif dtype not in (_F32, _F64):
         return None, 0
     lanes = bits // (8 * dtype.itemsize)
-    wider = _WIDER_BLOCK.get(bits)
+    wider = _wider_block(bits, dtype)
     # (the wider strip only where it computes no more columns: the last strip of each kind is
     # shifted left to end at N, and its overlap is computed twice)
     if wider is not None and n >= 4 * lanes and -(-n // (4 * lanes)) * 2 <= -(-n // (2 * lanes)):
