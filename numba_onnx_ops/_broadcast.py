@@ -28,11 +28,8 @@ def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
     item = a.itemsize
     flags = a.flags  # (each ``a.flags`` builds a new object)
     if flags.c_contiguous and flags.aligned and a.size:
-        # The common case, without as_strided's cost.  ``reshape`` always returns a new view,
-        # so it can be made read-only, like the general case (one numba type), in place.
-        buf = a.reshape(-1)
-        buf.flags.writeable = False
-        return buf, 0, tuple([s // item for s in a.strides])
+        # The common case, without as_strided's cost.
+        return contiguous_buffer(a), 0, tuple([s // item for s in a.strides])
     if not a.flags.aligned or any(s % item for s in a.strides):
         a = np.ascontiguousarray(a)
     strides = tuple(s // item for s in a.strides)
@@ -47,6 +44,15 @@ def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
         start, shape=(hi - lo + 1,), strides=(item,), writeable=False
     )
     return base, -lo, strides
+
+
+def contiguous_buffer(a: np.ndarray) -> np.ndarray:
+    """``flat_buffer``'s buffer of a C-contiguous, aligned array: a 1-D read-only view (one
+    numba type for every layout).  ``reshape`` always returns a new view, so it is made
+    read-only in place and ``a`` stays as it was."""
+    buf = a.reshape(-1)
+    buf.flags.writeable = False
+    return buf
 
 
 def batch_offsets(

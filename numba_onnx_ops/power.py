@@ -11,7 +11,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from . import _alloc
-from ._broadcast import broadcast_shape, broadcast_strides, coalesce, flat_buffer
+from ._broadcast import (
+    broadcast_shape,
+    broadcast_strides,
+    coalesce,
+    contiguous_buffer,
+    flat_buffer,
+)
 from ._cpu import last_level_cache_bytes
 from ._dtypes import BFLOAT16, FLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
 from ._front import check_dtype, dask_operand, finish, prepare_out
@@ -146,27 +152,13 @@ def _common_call(X: np.ndarray, Y):
             imin = _learn(_ARRAY_PAIRS, (dt, Y.dtype), np.int64(_imin(dt)))
         kernel = _k.pow_general
         yv, ykind = kernel_view(Y)
-        ybuf = yv.reshape(-1)  # (a new view: made read-only, as ``flat_buffer`` makes it)
-        ybuf.flags.writeable = False
-        ystrides = _UNIT
+        ybuf, ystrides = contiguous_buffer(yv), _UNIT
     else:
         return None
-    n = X.size
     target = _alloc.empty(X.shape, dt)
     xv, xkind = kernel_view(X)
-    xbuf = xv.reshape(-1)
-    xbuf.flags.writeable = False
-    tview = kernel_view(target)[0].reshape(-1)
-    flags = np.zeros(-(-n // _k.CHUNK), np.uint8) if kernel is _k.pow_general else _NO_FLAGS
-    stream = target.nbytes >= last_level_cache_bytes()
-    dims = np.array([n], np.int64)
-    args = (
-        xbuf, 0, _UNIT, xkind, ybuf, 0, ystrides, ykind, tview, dims, imin, _NO_TABLE, flags,
-        stream,
-    )  # fmt: skip
-    launch(kernel, *args)
-    if np.count_nonzero(flags):
-        launch(_k.pow_fixup, *args)
+    x_args = (contiguous_buffer(xv), 0, _UNIT, xkind)
+    _launch(kernel, x_args, (ybuf, 0, ystrides, ykind), target, [X.size], imin)
     return target
 
 
@@ -369,6 +361,16 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
         ybuf, yorg, ykind = exponent, 0, NATIVE
         ystrides = [0] * len(shape)
     dims, (xs, ys) = coalesce(list(shape), broadcast_strides(x.shape, xstr, shape), ystrides)
+    x_args = (xbuf, xorg, np.array(xs, np.int64), xkind)
+    y_args = (ybuf, yorg, np.array(ys, np.int64), ykind)
+    _launch(kernel, x_args, y_args, target, dims, np.int64(_imin(x.dtype)), table)
+
+
+def _launch(kernel, x_args, y_args, target: np.ndarray, dims: list[int], imin, table=None):
+    """Run an exponent class's kernel into ``target``, then the fix-up pass where it flagged
+    elements.  ``x_args``, ``y_args``: each operand's (flat buffer, origin, int64 element
+    strides over ``dims``, kind code); ``dims``: the coalesced shape; ``imin``: the base's
+    smallest integer as an int64 (0 for floats)."""
     tview = kernel_view(target)[0].reshape(-1)
     flags = _NO_FLAGS
     if kernel is _k.pow_general and table is None and dims[-1]:
@@ -378,9 +380,7 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
     # memory then write it past the caches (``_kernels.streaming``).
     stream = target.nbytes >= last_level_cache_bytes()
     args = (
-        xbuf, xorg, np.array(xs, np.int64), xkind,
-        ybuf, yorg, np.array(ys, np.int64), ykind,
-        tview, np.array(dims, np.int64), np.int64(_imin(x.dtype)),
+        *x_args, *y_args, tview, np.array(dims, np.int64), imin,
         _NO_TABLE if table is None else table, flags, stream,
     )  # fmt: skip
     launch(kernel, *args)
