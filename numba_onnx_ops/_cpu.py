@@ -27,6 +27,13 @@ def cpu_name() -> str:
     return numba.config.CPU_NAME
 
 
+@functools.cache
+def amd_zen() -> bool:
+    """Whether numba compiles for one of AMD's Zen cores, where some kernels choose differently
+    (measured on Zen 4 against an Intel Xeon: see ``_matmul_bf16`` and ``_matmul_own``)."""
+    return cpu_name().startswith("znver")
+
+
 def vector_bits() -> int:
     """Width of the vector registers kernels written as LLVM vector code are built for: 512
     with AVX-512F, 256 with AVX2 and FMA, 0 otherwise (those kernels are then not used)."""

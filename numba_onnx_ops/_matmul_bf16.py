@@ -29,7 +29,7 @@ import numba
 import numpy as np
 
 from ._broadcast import flat_buffer
-from ._cpu import cpu_features, cpu_name, vector_bits
+from ._cpu import amd_zen, cpu_features, vector_bits
 from ._dtypes import kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
@@ -68,7 +68,7 @@ def pairs_fast() -> bool:
     ``vfmadd231ps`` per ns, half the multiply-adds, and the pairs took 18.7 ms for a bfloat16
     1024^3 product where the float32 panels took 9.8 (2048^3: 187 against 75).  Other CPUs
     keep the panels until measured."""
-    return pairs_supported() and cpu_name().startswith("znver")
+    return pairs_supported() and amd_zen()
 
 
 def pairs_win(m: int, n: int, k: int) -> bool:

@@ -8,7 +8,7 @@ import numba
 import numpy as np
 
 from ._broadcast import batch_offsets, flat_buffer
-from ._cpu import cpu_features, cpu_name, vector_bits
+from ._cpu import amd_zen, cpu_features, vector_bits
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
 from ._kernels.microkernel import tile_shape
@@ -97,7 +97,7 @@ _WIDER_BLOCK_ZEN = (4, 4)  # all but float64
 
 
 def _wider_block(bits: int, dtype: np.dtype) -> tuple[int, int] | None:
-    if bits == 512 and dtype != _F64 and cpu_name().startswith("znver"):
+    if bits == 512 and dtype != _F64 and amd_zen():
         return _WIDER_BLOCK_ZEN
     return _WIDER_BLOCK.get(bits)
 

@@ -505,13 +505,22 @@ def test_bf16_panels_where_pairs_are_slow(paths, rng, monkeypatch):
     assert paths == ["widen", "blas", "narrow"]
 
 
+def test_amd_zen_by_llvm_cpu_name(monkeypatch):
+    from numba_onnx_ops import _cpu
+
+    monkeypatch.setattr(_cpu, "cpu_name", lambda: "znver4")
+    assert _cpu.amd_zen.__wrapped__()
+    monkeypatch.setattr(_cpu, "cpu_name", lambda: "sapphirerapids")
+    assert not _cpu.amd_zen.__wrapped__()
+
+
 def test_pairs_fast_only_where_the_instruction_is(monkeypatch):
     monkeypatch.setattr(pairs, "pairs_supported", lambda: False)
-    monkeypatch.setattr(pairs, "cpu_name", lambda: "znver4")
+    monkeypatch.setattr(pairs, "amd_zen", lambda: True)
     assert not pairs.pairs_fast.__wrapped__()
     monkeypatch.setattr(pairs, "pairs_supported", lambda: True)
     assert pairs.pairs_fast.__wrapped__()
-    monkeypatch.setattr(pairs, "cpu_name", lambda: "sapphirerapids")
+    monkeypatch.setattr(pairs, "amd_zen", lambda: False)
     assert not pairs.pairs_fast.__wrapped__()
 
 
@@ -899,9 +908,9 @@ def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
 def test_wide_strips_by_cpu(monkeypatch):
     """AVX-512 strips of four vectors: six rows, but four for all but float64 on AMD's Zen
     (where they measured as fast, with no edge block for M a multiple of 4)."""
-    monkeypatch.setattr(own, "cpu_name", lambda: "znver4")
+    monkeypatch.setattr(own, "amd_zen", lambda: True)
     assert [own._wider_block(512, d) for d in (F32, I64, F64)] == [(4, 4), (4, 4), (6, 4)]
-    monkeypatch.setattr(own, "cpu_name", lambda: "sapphirerapids")
+    monkeypatch.setattr(own, "amd_zen", lambda: False)
     assert [own._wider_block(512, d) for d in (F32, I64, F64)] == [(6, 4)] * 3
     assert own._wider_block(256, F32) is None
 
