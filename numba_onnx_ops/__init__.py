@@ -14,12 +14,22 @@ from importlib import metadata as _metadata
 
 from . import _parallel
 from ._alloc import release_memory
-from ._versions import MATMUL_TYPES, POW_TYPES, resolve_version
+from ._versions import PUBLIC_TABLES as _PUBLIC_TABLES
+from ._versions import public_table as _public_table
+from ._versions import resolve_version
 from ._warmup import compiled_specializations, warmup
 from .matmul import matmul
 from .power import pow  # noqa: A004 - the ONNX operator's name
 
 _parallel.prefer_tbb()  # before any kernel starts numba's threads
+
+
+def __getattr__(name: str):
+    # MATMUL_TYPES and POW_TYPES (see ``_versions.public_table``), built on first access.
+    if name in _PUBLIC_TABLES:
+        return _public_table(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 try:  # the one version is pyproject.toml's, read from the installed metadata
     __version__: str = _metadata.version(__name__)

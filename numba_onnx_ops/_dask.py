@@ -23,15 +23,12 @@ import numpy as np
 from dask.array.core import unify_chunks
 from dask.base import tokenize
 
-from ._dtypes import BFLOAT16, FLOAT16
+from ._dtypes import is_half
 from ._versions import resolve_version
 from .matmul import _check as _matmul_check
 from .matmul import matmul as _matmul
 from .power import _check as _pow_check
 from .power import pow as _pow
-
-_HALF = (FLOAT16, BFLOAT16)
-
 
 # --- thread policy -----------------------------------------------------------------------
 
@@ -203,7 +200,7 @@ def _matmul_partial(a, b, opset):
     Half types are widened to float32 (exactly) and multiplied there, so partials keep float32
     and the result is rounded once, after the sum.
     """
-    if a.dtype in _HALF:
+    if is_half(a.dtype):
         a = a.astype(np.float32)
         b = b.astype(np.float32)
     return _matmul(a, b, opset=opset)[..., None, :, :]
@@ -245,7 +242,7 @@ def matmul(A, B, *, opset=None, out=None):
         # Partial products, with the contraction index kept as an output axis of unit blocks
         # (before rows and columns), summed below.
         func, ind = _matmul_partial, tuple(range(nd - 2)) + (nd, nd - 2, nd - 1)
-        acc = np.dtype(np.float32) if dtype in _HALF else dtype
+        acc = np.dtype(np.float32) if is_half(dtype) else dtype
         extra = {"adjust_chunks": {nd: 1}}
     result = da.blockwise(
         partial(_run_in_task, func, ntasks),

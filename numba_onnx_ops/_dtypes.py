@@ -2,11 +2,36 @@
 
 from __future__ import annotations
 
-import ml_dtypes
+import functools
+import sys
+
 import numpy as np
 
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT16 = np.dtype(np.float16)
+
+
+def is_bfloat16(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is ml_dtypes' bfloat16.  ml_dtypes is not imported for this (its
+    import takes up to a second): an array of bfloat16 exists only once something has imported
+    it, so until then no dtype is."""
+    if dtype.kind != "V" or dtype.itemsize != 2:
+        return False
+    ml_dtypes = sys.modules.get("ml_dtypes")
+    return ml_dtypes is not None and dtype.type is ml_dtypes.bfloat16
+
+
+def is_half(dtype: np.dtype) -> bool:
+    """Whether ``dtype`` is float16 or bfloat16."""
+    return dtype == FLOAT16 or is_bfloat16(dtype)
+
+
+@functools.cache
+def bfloat16() -> np.dtype:
+    """ml_dtypes' bfloat16 dtype (imports ml_dtypes on first use)."""
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
 
 # How a kernel sees an array's elements. Half types travel as their uint16 bits (numba has no
 # float16 arithmetic on the CPU); the kernels convert them in registers.  NATIVE means "the
@@ -21,7 +46,7 @@ def kernel_view(a: np.ndarray) -> tuple[np.ndarray, int]:
     """Return ``(array numba can read, kind code)`` for a validated array of any layout."""
     if a.dtype == FLOAT16:
         return a.view(np.uint16), F16
-    if a.dtype == BFLOAT16:
+    if is_bfloat16(a.dtype):
         return a.view(np.uint16), BF16
     return a, NATIVE
 

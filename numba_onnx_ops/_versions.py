@@ -7,46 +7,89 @@ or below it.
 
 from __future__ import annotations
 
+import functools
 import numbers
 
 import numpy as np
 
-from ._dtypes import BFLOAT16
+from ._dtypes import bfloat16, is_bfloat16
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-_BF16 = BFLOAT16
 _I8, _I16, _I32, _I64 = (np.dtype(t) for t in (np.int8, np.int16, np.int32, np.int64))
 _U8, _U16, _U32, _U64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, np.uint64))
 
-_FLOATS = frozenset({_F16, _F32, _F64})
-_INTS_MATMUL = frozenset({_I32, _I64, _U32, _U64})
-_EXPONENTS = _FLOATS | {_I8, _I16, _I32, _I64, _U8, _U16, _U32, _U64}
 
-#: MatMul version -> allowed dtype of A, B and the result (type constraint T).
-MATMUL_TYPES: dict[int, frozenset[np.dtype]] = {
-    1: _FLOATS,
-    9: _FLOATS | _INTS_MATMUL,
-    13: _FLOATS | _INTS_MATMUL | {_BF16},
+class Allowed(frozenset):
+    """A type constraint: numpy's dtypes, and ml_dtypes' bfloat16 where ``bfloat16`` is true,
+    tested without importing ml_dtypes (see ``_dtypes.is_bfloat16``)."""
+
+    bfloat16 = False
+
+    def __contains__(self, dtype) -> bool:
+        return frozenset.__contains__(self, dtype) or (self.bfloat16 and is_bfloat16(dtype))
+
+    def names(self) -> list[str]:
+        """The dtypes' names, bfloat16 included."""
+        return [str(d) for d in self] + ["bfloat16"] * self.bfloat16
+
+    def dtypes(self) -> frozenset[np.dtype]:
+        """The dtypes as one set, bfloat16's included (this imports ml_dtypes)."""
+        return frozenset(self) | ({bfloat16()} if self.bfloat16 else set())
+
+
+def _allowed(*dtypes, bf16: bool = False) -> Allowed:
+    allowed = Allowed(dtypes)
+    allowed.bfloat16 = bf16
+    return allowed
+
+
+_FLOATS = (_F16, _F32, _F64)
+_INTS_MATMUL = (_I32, _I64, _U32, _U64)
+_EXPONENTS = _FLOATS + (_I8, _I16, _I32, _I64, _U8, _U16, _U32, _U64)
+
+# The tables the checks read (the public ones below hold the same dtypes).
+MATMUL_ALLOWED: dict[int, Allowed] = {
+    1: _allowed(*_FLOATS),
+    9: _allowed(*_FLOATS, *_INTS_MATMUL),
+    13: _allowed(*_FLOATS, *_INTS_MATMUL, bf16=True),
+}
+POW_ALLOWED: dict[int, tuple[Allowed, Allowed]] = {
+    1: (_allowed(*_FLOATS), _allowed(*_FLOATS)),
+    7: (_allowed(*_FLOATS), _allowed(*_FLOATS)),
+    12: (_allowed(*_FLOATS, _I32, _I64), _allowed(*_EXPONENTS)),
+    13: (_allowed(*_FLOATS, _I32, _I64, bf16=True), _allowed(*_EXPONENTS)),
+    15: (_allowed(*_FLOATS, _I32, _I64, bf16=True), _allowed(*_EXPONENTS, bf16=True)),
 }
 
-#: Pow version -> (allowed dtypes of X and the result (T), allowed dtypes of Y (T1)).
-#: Pow-1 and Pow-7 have a single constraint T shared by X and Y.
-POW_TYPES: dict[int, tuple[frozenset[np.dtype], frozenset[np.dtype]]] = {
-    1: (_FLOATS, _FLOATS),
-    7: (_FLOATS, _FLOATS),
-    12: (_FLOATS | {_I32, _I64}, _EXPONENTS),
-    13: (_FLOATS | {_I32, _I64, _BF16}, _EXPONENTS),
-    15: (_FLOATS | {_I32, _I64, _BF16}, _EXPONENTS | {_BF16}),
-}
+
+@functools.cache
+def public_table(name: str) -> dict:
+    """``MATMUL_TYPES``: MatMul version -> allowed dtypes of A, B and the result (constraint
+    T).  ``POW_TYPES``: Pow version -> (allowed dtypes of X and the result (T), of Y (T1));
+    Pow-1 and Pow-7 have a single constraint T shared by X and Y.  Built on first access:
+    holding bfloat16's dtype imports ml_dtypes, which ``import numba_onnx_ops`` does not."""
+    if name == "MATMUL_TYPES":
+        return {v: t.dtypes() for v, t in MATMUL_ALLOWED.items()}
+    return {v: (t.dtypes(), t1.dtypes()) for v, (t, t1) in POW_ALLOWED.items()}
+
+
+PUBLIC_TABLES = ("MATMUL_TYPES", "POW_TYPES")
+
+
+def __getattr__(name: str):
+    if name in PUBLIC_TABLES:
+        return public_table(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Versions whose X and Y share one type constraint (and so must have the same dtype).
 POW_SHARED_T = frozenset({1, 7})
 #: Versions with Pow-1's legacy ``broadcast`` and ``axis`` attributes.
 POW_LEGACY_BROADCAST = frozenset({1})
 
-_TABLES = {"MatMul": MATMUL_TYPES, "Pow": POW_TYPES}
+_TABLES = {"MatMul": MATMUL_ALLOWED, "Pow": POW_ALLOWED}
 
 
 def resolve_version(op: str, opset: int | None = None) -> int:
@@ -82,4 +125,5 @@ def resolve_version(op: str, opset: int | None = None) -> int:
 
 def dtype_names(dtypes) -> str:
     """The allowed set as a sorted, readable list for error messages."""
-    return "{" + ", ".join(sorted(str(d) for d in dtypes)) + "}"
+    names = dtypes.names() if isinstance(dtypes, Allowed) else [str(d) for d in dtypes]
+    return "{" + ", ".join(sorted(names)) + "}"

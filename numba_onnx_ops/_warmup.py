@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._versions import MATMUL_TYPES, POW_TYPES
+from ._versions import public_table
 from .matmul import matmul
 from .power import pow  # noqa: A004
 
@@ -48,8 +48,9 @@ def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) 
     dict
         Seconds spent per dtype name.
     """
-    matmul_types = MATMUL_TYPES[max(MATMUL_TYPES)]
-    pow_types = POW_TYPES[max(POW_TYPES)][0]
+    matmul_table, pow_table = public_table("MATMUL_TYPES"), public_table("POW_TYPES")
+    matmul_types = matmul_table[max(matmul_table)]
+    pow_types = pow_table[max(pow_table)][0]
     if dtypes is None:
         dtypes = sorted(matmul_types | pow_types, key=str)
     seconds = {}

@@ -26,20 +26,20 @@ import numpy as np
 
 from . import _alloc
 from ._broadcast import broadcast_shape
-from ._dtypes import BFLOAT16, as_input
+from ._dtypes import as_input, is_bfloat16
 from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._matmul_bf16 import pairs_win, run_bf16_pairs
 from ._matmul_dispatch import blas_wins, blasable, half_blas_wins
 from ._matmul_half import run_half_blas
 from ._matmul_own import run
-from ._versions import MATMUL_TYPES, resolve_version
+from ._versions import MATMUL_ALLOWED, resolve_version
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-_NEWEST_TYPES = MATMUL_TYPES[resolve_version("MatMul")]
+_NEWEST_TYPES = MATMUL_ALLOWED[resolve_version("MatMul")]
 _np_matmul = np.matmul  # the BLAS path (a module global, so tests can watch it)
 
 
@@ -151,7 +151,7 @@ def _dispatch_other(a2, b2, batch, m, n, k, target) -> None:
     """``target[...] = a2 @ b2`` for validated 2-D-promoted operands that numpy's BLAS does
     not take as they are: half types on pairs or panels where large, else the own kernels."""
     dt = a2.dtype
-    if dt == BFLOAT16 and pairs_win(m, n, k):
+    if is_bfloat16(dt) and pairs_win(m, n, k):
         run_bf16_pairs(a2, b2, batch, m, n, k, target)
     elif dt.itemsize == 2 and half_blas_wins(m, n, k):
         run_half_blas(a2, b2, batch, m, n, k, target)
@@ -170,7 +170,7 @@ def _check(A, B, opset):
     label = f"MatMul-{version}"
     a = as_input(A, label)
     b = as_input(B, label)
-    allowed = MATMUL_TYPES[version]
+    allowed = MATMUL_ALLOWED[version]
     check_dtype(label, "A", a.dtype, allowed)
     check_dtype(label, "B", b.dtype, allowed)
     if a.dtype != b.dtype:

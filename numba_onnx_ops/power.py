@@ -19,12 +19,12 @@ from ._broadcast import (
     flat_buffer,
 )
 from ._cpu import last_level_cache_bytes
-from ._dtypes import BFLOAT16, FLOAT16, NATIVE, as_input, is_weak_scalar, kernel_view
+from ._dtypes import NATIVE, as_input, is_bfloat16, is_half, is_weak_scalar, kernel_view
 from ._front import check_dtype, dask_operand, finish, prepare_out
 from ._kernels import power as _k
 from ._parallel import launch
 from ._tables import TableCache
-from ._versions import POW_LEGACY_BROADCAST, POW_SHARED_T, POW_TYPES, resolve_version
+from ._versions import POW_ALLOWED, POW_LEGACY_BROADCAST, POW_SHARED_T, resolve_version
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -139,7 +139,7 @@ def _common_call(X: np.ndarray, Y):
         kernel, ybuf, imin = call
         if kernel == "one" or kernel == "copy":
             return None
-        if dt in _HALF_TYPES and X.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
+        if is_half(dt) and X.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
             return None  # (the tables)
         ykind, ystrides = NATIVE, _NONE
     elif ty is np.ndarray and Y.shape == X.shape and Y.size > 1:
@@ -190,7 +190,7 @@ def _check(X, Y, opset, broadcast, axis):
 
 def _operands(label: str, version: int, X, Y) -> tuple[np.ndarray, np.ndarray]:
     """Arrays for X and Y with the version's dtype rules applied (weak scalars included)."""
-    t, t1 = POW_TYPES[version]
+    t, t1 = POW_ALLOWED[version]
     shared = version in POW_SHARED_T
     x_weak, y_weak = is_weak_scalar(X), is_weak_scalar(Y)
     x = None if (shared and x_weak and not y_weak) else as_input(X, label)
@@ -270,7 +270,7 @@ def _scalar_class(xdtype: np.dtype, y: np.ndarray):
     """The kernel and exponent argument for a one-element exponent, or "one" (x**0 = 1) or
     "copy" (x**1 = x)."""
     value = y.reshape(-1)[0]
-    if xdtype.kind == "f" or xdtype == BFLOAT16:
+    if xdtype.kind == "f" or is_bfloat16(xdtype):
         e = float(value)  # semantics.md: the exponent's value converted to float64
         if e == 0.0:
             return "one", None
@@ -281,7 +281,7 @@ def _scalar_class(xdtype: np.dtype, y: np.ndarray):
         if xdtype.itemsize <= 4 and abs(e) < _k.IPOW_LIMIT and e == int(e):
             return _k.pow_ipow, np.int64(e)
         return _k.pow_general, np.float64(e)
-    if y.dtype.kind == "f" or y.dtype == BFLOAT16:  # integer base, float exponent
+    if y.dtype.kind == "f" or is_bfloat16(y.dtype):  # integer base, float exponent
         return _k.pow_general, np.float64(float(value))
     n = int(value)
     if n == 0:
@@ -305,7 +305,6 @@ def _scalar_class(xdtype: np.dtype, y: np.ndarray):
 # (10M float16, CPU time on 2 threads: x ** 2 1.2 ms, table 3.0 ms).
 TABLE_BUILD_MIN = 65536
 TABLE_USE_MIN = 1024
-_HALF_TYPES = (FLOAT16, BFLOAT16)
 _HALF_DIRECT = (_k.pow_square, _k.pow_sqrt, _k.pow_recip)
 _tables = TableCache()
 _NO_TABLE = np.empty(0, np.uint16)
@@ -322,7 +321,7 @@ def _run(x: np.ndarray, y: np.ndarray, shape: tuple[int, ...], target: np.ndarra
         if kernel == "copy":
             np.copyto(target, np.broadcast_to(x, shape))
             return
-        if x.dtype in _HALF_TYPES and target.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
+        if is_half(x.dtype) and target.size >= TABLE_USE_MIN and kernel not in _HALF_DIRECT:
             table = _half_table(x.dtype, y, kernel, exponent, target.size)
             if table is not None:
                 _direct(kernel, exponent, x, y, shape, target, table)

@@ -7,6 +7,8 @@ against a wider-precision product with the forward error bound of any summation 
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -53,6 +55,26 @@ def test_type_table_matches_spec():
     assert set(noo.MATMUL_TYPES) == set(MATMUL_SINCE)
     for version, allowed in SPEC_MATMUL_TYPES.items():
         assert {np.dtype(d) for d in noo.MATMUL_TYPES[version]} == set(allowed), version
+
+
+def test_ml_dtypes_is_imported_only_by_whoever_makes_bfloat16():
+    # ml_dtypes takes up to a second to import; a bfloat16 array exists only after it is.
+    code = (
+        "import sys, numpy as np, numba_onnx_ops as nox\n"
+        "i = np.ones((2, 2), np.int32)\n"
+        "nox.pow(np.float32([2]), 2.0), nox.matmul(i, i), nox.pow(i, 2), nox.matmul(i / 2, i / 2)\n"
+        "assert 'ml_dtypes' not in sys.modules\n"
+        "import ml_dtypes\n"
+        "x = np.array([1.5, 2.0], ml_dtypes.bfloat16)\n"
+        "assert nox.pow(x, 2.0).tolist() == [2.25, 4.0] and nox.matmul(x, x) == 6.25\n"
+        "try:\n"
+        "    nox.matmul(x, x, opset=9)\n"
+        "except TypeError as e:\n"
+        "    assert 'bfloat16' in str(e)\n"
+        "else:\n"
+        "    raise AssertionError('MatMul-9 took bfloat16')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 
 @pytest.mark.parametrize("opset", [*range(1, 26), None])
