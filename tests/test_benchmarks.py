@@ -202,21 +202,24 @@ def test_bench_command_rejects_unknown_cases(capsys):
     assert "matmul-f32-1024" in capsys.readouterr().err
 
 
-def test_targets_that_differ_by_cpu_follow_its_features(monkeypatch):
-    # Run in a fresh interpreter told which CPU to compile for: the cases are built at import.
-    script = (
-        "from numba_onnx_ops._bench import cases as c; "
-        "print({x.name: x.target for x in c.CASES}['matmul-i64-512'], "
-        "{x.name: x.target for x in c.CASES}['pow-1t-f64-same'])"
-    )
-    expected = {"+avx2,+fma": "2.5 3.0", "+avx2,+fma,+avx512f": "2.5 1.0",
-                "+avx2,+fma,+avx512f,+avx512dq": "4.0 1.0"}  # fmt: skip
-    for features, targets in expected.items():
-        monkeypatch.setenv("NUMBA_CPU_NAME", "znver3")
-        monkeypatch.setenv("NUMBA_CPU_FEATURES", features)
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.split() == targets.split(), features
+@pytest.mark.parametrize(
+    ("features", "int64", "one_thread"),
+    [({"avx2", "fma"}, 2.5, 3.0), ({"avx2", "fma", "avx512f"}, 2.5, 1.0),
+     ({"avx2", "fma", "avx512f", "avx512dq"}, 4.0, 1.0)],
+)  # fmt: skip
+def test_targets_that_differ_by_cpu_follow_its_features(monkeypatch, features, int64, one_thread):
+    from numba_onnx_ops._bench import cases
+
+    monkeypatch.setattr(cases, "cpu_features", lambda: frozenset(features))
+    assert cases._on_cpu(4.0, 2.5, "avx512dq") == int64
+    assert cases._on_cpu(1.0, 3.0) == one_thread
+    # and the cases built at import hold this machine's values
+    monkeypatch.undo()
+    targets = {case.name: case.target for case in _bench.CASES}
+    assert targets["matmul-i64-512"] == cases._on_cpu(4.0, 2.5, "avx512dq")
+    assert {targets[f"pow-1t-{t}"] for t in ("f32-e3.7", "f32-same", "f64-e3.7", "f64-same")} == {
+        cases._on_cpu(1.0, 3.0)
+    }
 
 
 def test_cases_cover_both_target_tables():
