@@ -22,26 +22,26 @@ _U8, _U16, _U32, _U64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, n
 
 
 class Allowed(frozenset):
-    """A type constraint: numpy's dtypes, and ml_dtypes' bfloat16 where ``bfloat16`` is true,
+    """A type constraint: numpy's dtypes, and ml_dtypes' bfloat16 where ``with_bfloat16``,
     tested without importing ml_dtypes (see ``_dtypes.is_bfloat16``)."""
 
-    bfloat16 = False
+    with_bfloat16 = False
 
     def __contains__(self, dtype) -> bool:
-        return frozenset.__contains__(self, dtype) or (self.bfloat16 and is_bfloat16(dtype))
+        return frozenset.__contains__(self, dtype) or (self.with_bfloat16 and is_bfloat16(dtype))
 
     def names(self) -> list[str]:
         """The dtypes' names, bfloat16 included."""
-        return [str(d) for d in self] + ["bfloat16"] * self.bfloat16
+        return [str(d) for d in self] + ["bfloat16"] * self.with_bfloat16
 
     def dtypes(self) -> frozenset[np.dtype]:
         """The dtypes as one set, bfloat16's included (this imports ml_dtypes)."""
-        return frozenset(self) | ({bfloat16()} if self.bfloat16 else set())
+        return frozenset(self) | ({bfloat16()} if self.with_bfloat16 else set())
 
 
 def _allowed(*dtypes, bf16: bool = False) -> Allowed:
     allowed = Allowed(dtypes)
-    allowed.bfloat16 = bf16
+    allowed.with_bfloat16 = bf16
     return allowed
 
 
@@ -123,7 +123,6 @@ def resolve_version(op: str, opset: int | None = None) -> int:
     return max(v for v in versions if v <= opset)
 
 
-def dtype_names(dtypes) -> str:
+def dtype_names(allowed: Allowed) -> str:
     """The allowed set as a sorted, readable list for error messages."""
-    names = dtypes.names() if isinstance(dtypes, Allowed) else [str(d) for d in dtypes]
-    return "{" + ", ".join(sorted(names)) + "}"
+    return "{" + ", ".join(sorted(allowed.names())) + "}"
