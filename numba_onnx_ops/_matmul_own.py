@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import numba
 import numpy as np
+from llvmlite import ir
 
 from ._broadcast import batch_offsets, flat_buffer
 from ._cpu import amd_zen, cpu_features, vector_bits
 from ._dtypes import NATIVE, kernel_view
 from ._kernels import matmul as _k
-from ._kernels.microkernel import tile_shape
-from ._kernels.microkernel import whole_shape as _whole_shape
+from ._kernels.microkernel import define_whole, tile_shape
+from ._numba_private import native_function
 from ._parallel import launch
 from ._slp import launch_slp
 
@@ -47,7 +49,7 @@ def run(a, b, batch, m, n, k, target) -> None:
         launch(_k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc)
         return
     out3 = tview.reshape(nbatch, m, n)
-    whole = whole_shape(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
+    whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
         launch(_k.matmul_whole, abuf, a_off, a_rs, bbuf, b_off, b_rs, out3, chunks, whole)
@@ -133,32 +135,60 @@ def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
 
 
 # Tiny float32/float64 matrices are multiplied whole, in straight-line code compiled for their
-# shape (``whole_products``): M and K up to these, N one or two vectors, the sums in registers.
-# Each shape is its own specialization, so only the small ones where the blocked micro-kernel's
-# per-block setup outweighs K steps take it.  Zen 4, 4096 or 2048 products, whole / blocked
-# (the whole kernel with A's column stride a variable, before it became the constant 1):
-# float32 4x8x8 57 / 122 us, 16x8x8 173 / 238, float64 4x4x4 43 / 89, 8x8x8 102 / 126 on one
-# core; but with K = 16 the blocks were as fast or faster: float32 16x16x16 231 / 206,
-# 8x16x16 135 / 106, float64 16x16x16 358 / 357.
+# shape (``define_whole``): M and K up to these, N one or two vectors, the sums in registers.
+# Only the small ones where the blocked micro-kernel's per-block setup outweighs K steps take
+# it.  Zen 4, 4096 or 2048 products, whole / blocked (the whole kernel with A's column stride a
+# variable, before it became the constant 1): float32 4x8x8 57 / 122 us, 16x8x8 173 / 238,
+# float64 4x4x4 43 / 89, 8x8x8 102 / 126 on one core; but with K = 16 the blocks were as fast
+# or faster: float32 16x16x16 231 / 206, 8x16x16 135 / 106, float64 16x16x16 358 / 357.
+# With AVX2 (16 registers) the whole code takes up to 32 terms, its rows in groups whose sums
+# fit the registers (6 rows of two vectors): Zen 3, 2 threads, one process, medians of 31 in
+# shuffled order, whole / blocked (us): float32 2048 x 16x16x16 215 / 256, 4096 x 8x8x8 131 /
+# 175, 4096 x 8x16x8 159 / 199, 1024 x 16x32x16 280 / 322, 1024 x 8x32x16 148 / 184;
+# float64 2048 x 16x16x8 476 / 508, 1024 x 16x32x8 298 / 338; K = 64: 223 / 221.
 WHOLE_MAX_M = 16
-WHOLE_MAX_K = 8
+WHOLE_MAX_K = {512: 8, 256: 32}
+
+_whole_code: dict[tuple, tuple] = {}  # _whole_address's key -> (address, library)
+_serial = itertools.count()
 
 
 @functools.cache
-def whole_shape(dtype: np.dtype, m: int, n: int, k: int) -> tuple | None:
-    """The shape argument of ``matmul_whole`` for ``dtype`` products of M x K by K x N
-    matrices, or ``None`` where it does not apply: float32/float64, M and K small, N one or
-    two vectors of the CPU's width or half of it, and every sum in a vector register."""
+def whole_function(dtype: np.dtype, m: int, n: int, k: int) -> int | None:
+    """The address of the ``define_whole`` function that ``matmul_whole`` calls for ``dtype``
+    products of M x K by K x N matrices, or ``None`` where it does not apply: float32/float64,
+    M and K small, N one or two vectors of the CPU's width or half of it.  Compiled on first use
+    (tens of milliseconds) and kept for the process."""
     bits = vector_bits()
-    if not bits or dtype not in (_F32, _F64) or m > WHOLE_MAX_M or k > WHOLE_MAX_K:
+    if not bits or dtype not in (_F32, _F64) or m > WHOLE_MAX_M or k > WHOLE_MAX_K[bits]:
         return None
     registers = 32 if bits == 512 else 16
     widest = bits // (8 * dtype.itemsize)
     for lanes in (widest, widest // 2):
         nv = n // lanes
-        if lanes >= 4 and n % lanes == 0 and nv in (1, 2) and m * nv + nv + 1 <= registers:
-            return _whole_shape(m, k, nv, lanes)
+        if lanes >= 4 and n % lanes == 0 and nv in (1, 2):
+            # rows whose sums, B's vectors of one k and a splat of A fit the registers
+            most = (registers - nv - 1) // nv
+            if m > most and bits != 256:  # (groups of rows measured on AVX2 only)
+                return None
+            groups = -(-m // most)
+            return _whole_address(dtype, m, k, nv, lanes, -(-m // groups))
     return None
+
+
+def _whole_address(dtype: np.dtype, m: int, k: int, nv: int, lanes: int, group: int):
+    key = (dtype, m, k, nv, lanes, group)
+    code = _whole_code.get(key)
+    if code is None:
+        # (a new name each time: LLVM refuses a second definition of a symbol, and another
+        # copy of this module may make the same shape)
+        name = f"numba_onnx_ops_whole_{dtype.name}_{m}x{k}x{nv}x{lanes}_{next(_serial)}"
+        ft = ir.DoubleType() if dtype == _F64 else ir.FloatType()
+        code = native_function(name, lambda mod: define_whole(mod, name, ft, *key[1:]))
+        if code is None:
+            return None
+        code = _whole_code.setdefault(key, code)
+    return code[0]
 
 
 def packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):

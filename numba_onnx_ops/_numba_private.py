@@ -57,6 +57,14 @@ package was tried with); the attributes below exist and behave as described in b
   (``bench --targets``, first calls), and the kernels run as fast (interleaved timings of the
   two builds in one process).
 
+- Functions compiled from LLVM IR built here (:func:`native_function`): the CPU target's code
+  generator (``numba.core.registry.cpu_target.target_context.codegen()``), a code library it
+  makes (``create_library``, ``create_ir_module``, ``add_ir_module``, ``finalize``,
+  ``get_pointer_to_function``: the calls numba's own lowering makes), under numba's compiler
+  lock.  Kernels call such a function through its address, passed as an integer; where these
+  are missing, the caller takes a path that needs none (the same results, slower tiny
+  products).
+
 The threading layer is read through the public ``numba.threading_layer()`` (see ``_parallel``).
 """
 
@@ -339,3 +347,31 @@ if _HAVE_DEFERRED:
 
 else:  # pragma: no cover - depends on numba's internals
     KERNEL_OPTIONS = {}
+
+
+try:
+    from numba.core.registry import cpu_target as _cpu_target
+
+    _HAVE_NATIVE = all(
+        callable(getattr(_JITCodeLibrary, name, None))
+        for name in ("create_ir_module", "add_ir_module", "finalize", "get_pointer_to_function")
+    ) and hasattr(_compiler_lock, "__enter__")
+except (ImportError, NameError):  # pragma: no cover - depends on numba's internals
+    _HAVE_NATIVE = False
+
+
+def native_function(name: str, define):
+    """Machine code of the LLVM function ``name`` that ``define(module)`` adds to an empty
+    module, compiled by numba's own code generator (its host CPU, optimization level and
+    execution engine): ``(address, library)``, the address valid while ``library`` lives.
+    ``None`` where this numba's code libraries differ from the versions checked."""
+    if not _HAVE_NATIVE:
+        return None
+    with _compiler_lock:  # numba's code generator is not thread-safe
+        library = _cpu_target.target_context.codegen().create_library(name)
+        module = library.create_ir_module(name)
+        define(module)
+        library.add_ir_module(module)
+        library.finalize()
+        address = library.get_pointer_to_function(name)
+    return (address, library) if address else None

@@ -94,7 +94,7 @@ def no_vector(monkeypatch):
     """As on a CPU without AVX2 and FMA: float products take the plain own kernels."""
     for module in (own, dispatch):
         monkeypatch.setattr(module, "vector_tile", lambda dtype, n: (None, 0))
-    monkeypatch.setattr(own, "whole_shape", lambda dtype, m, n, k: None)
+    monkeypatch.setattr(own, "whole_function", lambda *args: None)
 
 
 @pytest.fixture
@@ -106,14 +106,14 @@ def no_pairs(monkeypatch):
 @pytest.fixture
 def no_whole(monkeypatch):
     """Tiny matrices take the blocked micro-kernel instead of whole-matrix code."""
-    monkeypatch.setattr(own, "whole_shape", lambda dtype, m, n, k: None)
+    monkeypatch.setattr(own, "whole_function", lambda *args: None)
 
 
 @pytest.fixture(params=[512, 256], ids=["avx512", "avx2"])
 def vector_width(request, monkeypatch):
     """The micro-kernel's tiles for each register width, whatever the host has (LLVM splits
     wider vectors than the CPU's, so the results hold on any x86-64 CPU)."""
-    caches = (own.vector_tile, own.whole_shape)  # (other fixtures may replace them)
+    caches = (own.vector_tile, own.whole_function)  # (other fixtures may replace them)
     monkeypatch.setattr(own, "vector_bits", lambda: request.param)
     monkeypatch.setattr(own, "vector_int64", lambda: request.param == 512)  # AVX-512DQ
     for cached in caches:
@@ -218,22 +218,41 @@ def test_whole_products(paths, rng, own_floats, vector_width, dtype, monkeypatch
     lanes = vector_width // (8 * dtype.itemsize)
     took = 0
     for m in (2, 3, 8, 9, 16, 17):
-        for k in (1, 2, 5, 8, 9):
+        for k in (1, 2, 5, 8, 9, 32, 33):
             for n in (lanes // 2, lanes, 2 * lanes, 3 * lanes):
-                a = operand(rng, (5, m, k), dtype)
                 b = operand(rng, (1, k, n), dtype)  # broadcast: every entry the same B
-                shape = own.whole_shape(dtype, m, n, k)
-                paths.clear()
-                got = check(a, b)
-                if shape is None:
-                    assert "whole" not in paths, (m, k, n)
-                    continue
-                took += 1
-                assert paths == ["whole"], (m, k, n, paths)
-                with monkeypatch.context() as blocks:
-                    blocks.setattr(own, "whole_shape", lambda *args: None)
-                    assert_same_values(got, noo.matmul(a, b))
-    assert took >= 20  # the shapes above do reach the whole-matrix code
+                dense = operand(rng, (5, m, k), dtype)
+                apart = operand(rng, (5, m, k + 3), dtype)[..., :k]  # rows k + 3 apart
+                for a in (dense, apart):
+                    code = own.whole_function(dtype, m, n, k)
+                    paths.clear()
+                    got = check(a, b)
+                    if code is None:
+                        assert "whole" not in paths, (m, k, n)
+                        continue
+                    took += 1
+                    assert paths == ["whole"], (m, k, n, paths)
+                    with monkeypatch.context() as blocks:
+                        blocks.setattr(own, "whole_function", lambda *args: None)
+                        assert_same_values(got, noo.matmul(a, b))
+    assert took >= 40  # the shapes above do reach the whole-matrix code
+
+
+def test_whole_products_need_numbas_code_libraries(paths, rng, own_floats, monkeypatch):
+    # Where this numba's code generator differs from the versions checked, no whole-matrix
+    # code is made and tiny products take the blocked path, with the same values.
+    a, b = operand(rng, (64, 8, 8), F32), operand(rng, (64, 8, 8), F32)
+    got = check(a, b)
+    assert paths == [TINY]
+    monkeypatch.setattr(own, "native_function", lambda name, define: None)
+    monkeypatch.setattr(own, "_whole_code", {})
+    own.whole_function.cache_clear()
+    try:
+        paths.clear()
+        assert_same_values(got, check(a, b))
+        assert "whole" not in paths
+    finally:
+        own.whole_function.cache_clear()
 
 
 def test_whole_needs_unit_column_strides(paths, rng, own_floats):
@@ -616,11 +635,14 @@ def test_blas_two_dimensional(paths, rng, dtype, shapes):
         (F32, (2, 1, 30, 40), (3, 40, 50), "blas"),
         (F32, (1024, 8, 8), (1024, 8, 8), TINY),  # long batches of small matrices: own
         (F32, (1024, 40, 30), (30, 20), "vector" if VECTOR == "vector" else "direct"),
-        (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),
+        (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),  # (whole-matrix code where K = 16 is)
     ],
     ids=str,
 )
 def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
+    m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+    if path == "vector" and own.whole_function(dtype, m, n, k) is not None:
+        path = "whole"
     check(operand(rng, a_shape, dtype), operand(rng, b_shape, dtype))
     assert paths == [path]
 

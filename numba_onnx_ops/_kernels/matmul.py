@@ -33,11 +33,11 @@ from numba import njit, prange, types
 from ._jit import helper, helper_overload, kernel
 from .convert import narrow, widen
 from .microkernel import (
+    call_whole,
     prefetch_rows_for_write,
     tile_cols,
     tile_rows,
     vector_tile,
-    whole_products,
 )
 from .schedule import call_state, set_chunksize, spread
 from .stack import c_view, heap_array, stack_array
@@ -418,12 +418,11 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
 
 
 @kernel(parallel=True)
-def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
-    """out[b] = A[b] @ B[b] for float32/float64 batches of tiny matrices whose shape is
-    compiled in (``whole_products``); the batch split into ``chunks`` tasks balanced as they
-    run.  A and B must have unit column stride, N be B's NV * W columns exactly.  (A's unit
-    stride as a constant lets every load of A take an immediate offset: with the stride a
-    variable, 4096 8x8x8 float32 products took 93 us on one core, with it 73 us, one run.)"""
+def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, fn):
+    """out[b] = A[b] @ B[b] for float32/float64 batches of tiny matrices, by the function at
+    address ``fn`` that holds their shape (``microkernel.define_whole``); the batch split into
+    ``chunks`` tasks balanced as they run.  A and B must have unit column stride, N be the
+    function's columns exactly."""
     nb = out.shape[0]
     per = (nb + chunks - 1) // chunks
     flat = c_view(out, out.size)
@@ -431,8 +430,7 @@ def matmul_whole(a, a_off, a_rs, b, b_off, b_rs, out, chunks, shape):
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
-        whole_products(a, a_off, a_rs, 1, b, b_off, b_rs, flat, t * per,
-                       min(nb, (t + 1) * per), shape)  # fmt: skip
+        call_whole(fn, a, a_off, a_rs, b, b_off, b_rs, flat, t * per, min(nb, (t + 1) * per))
     set_chunksize(saved)
 
 

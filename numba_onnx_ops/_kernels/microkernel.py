@@ -328,82 +328,63 @@ L2 (``prefetcht1``): a block to come, without evicting the one in L1."""
 
 
 # --- whole tiny matrices ----------------------------------------------------------------------
-# A tiny product's shape travels in the type of a flat tuple too: M Python ints, NV floats,
-# W bools and K Nones (int64, float64, boolean and none to numba).
-_WHOLE_TYPES = _DIM_TYPES + (types.none,)
+# A tiny product's shape is compiled into a function of its own (``define_whole``), which the
+# one parallel kernel per dtype calls through its address (``call_whole``).  As a type
+# parameter of the kernel, every new (M, K, N) cost a whole parallel kernel's compilation
+# (1.0-1.4 s on Zen 3, empty cache); a function of straight-line vector code compiles in tens
+# of milliseconds (27-85 ms on Zen 3), once per process: it is not kept in numba's cache.
 
 
-def whole_shape(m: int, k: int, nv: int, lanes: int) -> tuple:
-    """The shape argument of ``whole_products``: C of M rows and NV vectors of ``lanes``
-    columns, K terms."""
-    return (0,) * m + (0.0,) * nv + (False,) * lanes + (None,) * k
+def define_whole(module, name: str, ft, m: int, k: int, nv: int, lanes: int, group: int):
+    """Define in ``module`` the function ``name``, ``void (T* a, i64* a_off, i64 a_rs, T* b,
+    i64* b_off, i64 b_rs, T* c, i64 first, i64 last)`` over the float type ``ft``: ``c[bi]`` =
+    A[bi] @ B[bi] for batch entries ``first <= bi < last`` of M x K times K x (NV * W)
+    matrices, W = ``lanes``, in groups of ``group`` rows of C.
 
-
-def _whole_dims(shape) -> tuple[int, int, int, int] | None:
-    return _dims(shape, _WHOLE_TYPES)
-
-
-@intrinsic
-def whole_products(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, last, shape):
-    """``c[bi]`` = A[bi] @ B[bi] for batch entries ``first <= bi < last``: M x K times
-    K x (NV * W) matrices whose shape is in the type of ``shape`` (``whole_shape``).
-
-    A is ``a[a_off[bi] + i * a_rs + k * a_cs]`` (any strides), B ``b[b_off[bi] + k * b_rs + j]``
-    (unit-stride rows), C the C-contiguous ``c[bi * M * N + i * N + j]``.  The whole product is
-    straight-line code: per k, NV vector loads of a B row and M splats of A, M * NV fused
-    multiply-adds (in order of k, as ``vector_tile``), every sum in a register, each C row
-    stored once.  With nothing left per matrix but two offset loads, consecutive products
-    overlap in the core; for 8 x 8 x 8 float32, one Zen 4 core, interleaved medians: 97 us
-    per 4096 products against 135 us on ``vector_tile``'s blocks, whose per-block setup
-    outweighed 64 FMAs.
+    A is ``a[a_off[bi] + i * a_rs + k]`` (unit column stride), B ``b[b_off[bi] + k * b_rs +
+    j]``, C the C-contiguous ``c[bi * M * N + i * N + j]``.  The whole product is straight-line
+    code: per group of rows and k, NV vector loads of a B row and a splat of A per row, NV fused
+    multiply-adds per row (in order of k, as ``vector_tile``), the group's sums in registers,
+    each C row stored once.  With nothing left per matrix but two offset loads, consecutive
+    products overlap in the core; for 8 x 8 x 8 float32, one Zen 4 core, interleaved medians:
+    97 us per 4096 products against 135 us on ``vector_tile``'s blocks, whose per-block setup
+    outweighed 64 FMAs.  (A's unit stride as a constant lets every load of A take an immediate
+    offset: with the stride a variable, 4096 8x8x8 float32 products took 93 us on one core, with
+    it 73 us, one run.  With 8 rows or more, row pointers spill from the general registers; the
+    row strides as constants too spilled none, and measured no faster: Zen 3, 2 threads,
+    float32 2048 x 16x16x16 and 4096 x 8x8x8, 316 / 318 us and 108 / 109 us.)
     """
-    dims = _whole_dims(shape)
-    if dims is None:
-        return None
-    if not all(isinstance(x, types.Array) and x.ndim == 1 for x in (a, b, c, a_off, b_off)):
-        return None
-    dtype = a.dtype
-    if dtype not in (types.float32, types.float64) or b.dtype != dtype or c.dtype != dtype:
-        return None
-    if not all(isinstance(x, types.Integer) for x in (a_rs, a_cs, b_rs, first, last)):
-        return None
-    m, nv, lanes, k = dims
-    sig = types.void(a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, last, shape)
+    i64 = ir.IntType(64)
+    ptr, iptr = ft.as_pointer(), i64.as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [ptr, iptr, i64, ptr, iptr, i64, ptr, i64, i64])
+    fn = ir.Function(module, fnty, name)
+    fn.attributes.add("nounwind")
+    ap, aoff, a_rs, bp, boff, b_rs, cp, first, last = fn.args
+    vt = ir.VectorType(ft, lanes)
+    align = 8 if isinstance(ft, ir.DoubleType) else 4
+    n = nv * lanes
 
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        argtys = signature.args
+    def const(v):
+        return ir.Constant(i64, v)
 
-        def data(i):
-            return context.make_array(argtys[i])(context, builder, args[i]).data
-
-        def as_i64(i):
-            return context.cast(builder, args[i], argtys[i], types.int64)
-
-        ap, aoff, bp, boff, cp = data(0), data(1), data(4), data(5), data(7)
-        a_rs_, a_cs_, b_rs_, first_, last_ = (as_i64(i) for i in (2, 3, 6, 8, 9))
-        vt = ir.VectorType(context.get_value_type(dtype), lanes)
-        align = dtype.bitwidth // 8
-        fma = vector_fma(builder, vt)
-        n = nv * lanes
-
-        def const(v):
-            return ir.Constant(i64, v)
-
-        entry = builder.block
-        loop = builder.append_basic_block("batch_loop")
-        done = builder.append_basic_block("batch_done")
-        builder.cbranch(builder.icmp_signed("<", first_, last_), loop, done)
-        builder.position_at_end(loop)
-        bi = builder.phi(i64)
-        bi.add_incoming(first_, entry)
-        abase = builder.gep(ap, [builder.load(builder.gep(aoff, [bi]))])
-        bbase = builder.gep(bp, [builder.load(builder.gep(boff, [bi]))])
-        cbase = builder.gep(cp, [builder.mul(bi, const(m * n))])
-        arows = [builder.gep(abase, [builder.mul(const(r), a_rs_)]) for r in range(m)]
-        acc = [[None] * nv for _ in range(m)]
+    entry = fn.append_basic_block("entry")
+    loop = fn.append_basic_block("batch_loop")
+    done = fn.append_basic_block("batch_done")
+    builder = ir.IRBuilder(entry)
+    fma = vector_fma(builder, vt)
+    builder.cbranch(builder.icmp_signed("<", first, last), loop, done)
+    builder.position_at_end(loop)
+    bi = builder.phi(i64)
+    bi.add_incoming(first, entry)
+    abase = builder.gep(ap, [builder.load(builder.gep(aoff, [bi]))])
+    bbase = builder.gep(bp, [builder.load(builder.gep(boff, [bi]))])
+    cbase = builder.gep(cp, [builder.mul(bi, const(m * n))])
+    arows = [builder.gep(abase, [builder.mul(const(r), a_rs)]) for r in range(m)]
+    for r0 in range(0, m, group):
+        rows = range(r0, min(m, r0 + group))
+        acc = {r: [None] * nv for r in rows}
         for kk in range(k):
-            brow = builder.gep(bbase, [builder.mul(const(kk), b_rs_)])
+            brow = builder.gep(bbase, [builder.mul(const(kk), b_rs)])
             bvecs = [
                 builder.load(
                     builder.bitcast(builder.gep(brow, [const(v * lanes)]), vt.as_pointer()),
@@ -411,21 +392,53 @@ def whole_products(typingctx, a, a_off, a_rs, a_cs, b, b_off, b_rs, c, first, la
                 )  # fmt: skip
                 for v in range(nv)
             ]
-            ak = builder.mul(const(kk), a_cs_)
-            for r in range(m):
-                x = builder.load(builder.gep(arows[r], [ak]), align=align)
+            for r in rows:
+                x = builder.load(builder.gep(arows[r], [const(kk)]), align=align)
                 xs = vector_splat(builder, x, vt)
                 for v in range(nv):
                     prev = acc[r][v] if kk else ir.Constant(vt, None)
                     acc[r][v] = builder.call(fma, [xs, bvecs[v], prev])
-        for r in range(m):
+        for r in rows:
             for v in range(nv):
-                ptr = builder.gep(cbase, [const(r * n + v * lanes)])
-                builder.store(acc[r][v], builder.bitcast(ptr, vt.as_pointer()), align=align)
-        nxt = builder.add(bi, const(1))
-        bi.add_incoming(nxt, builder.block)
-        builder.cbranch(builder.icmp_signed("<", nxt, last_), loop, done)
-        builder.position_at_end(done)
+                ptr_ = builder.gep(cbase, [const(r * n + v * lanes)])
+                builder.store(acc[r][v], builder.bitcast(ptr_, vt.as_pointer()), align=align)
+    nxt = builder.add(bi, const(1))
+    bi.add_incoming(nxt, builder.block)
+    builder.cbranch(builder.icmp_signed("<", nxt, last), loop, done)
+    builder.position_at_end(done)
+    builder.ret_void()
+    return fn
+
+
+@intrinsic
+def call_whole(typingctx, fn, a, a_off, a_rs, b, b_off, b_rs, c, first, last):
+    """Call the function at address ``fn`` (made by ``define_whole``) on the 1-D arrays
+    ``a``, ``a_off``, ``b``, ``b_off``, ``c`` and integers ``a_rs``, ``b_rs``, ``first``,
+    ``last``."""
+    arrays = (a, a_off, b, b_off, c)
+    if not all(isinstance(x, types.Array) and x.ndim == 1 for x in arrays):
+        return None
+    dtype = a.dtype
+    if dtype not in (types.float32, types.float64) or b.dtype != dtype or c.dtype != dtype:
+        return None
+    if a_off.dtype != types.int64 or b_off.dtype != types.int64:
+        return None
+    if not all(isinstance(x, types.Integer) for x in (fn, a_rs, b_rs, first, last)):
+        return None
+    sig = types.void(fn, a, a_off, a_rs, b, b_off, b_rs, c, first, last)
+
+    def codegen(context, builder, signature, args):
+        argtys = signature.args
+        values = []
+        for i, ty in enumerate(argtys[1:], 1):
+            if isinstance(ty, types.Array):
+                values.append(context.make_array(ty)(context, builder, args[i]).data)
+            else:
+                values.append(context.cast(builder, args[i], ty, types.int64))
+        fnty = ir.FunctionType(ir.VoidType(), [v.type for v in values])
+        target = builder.inttoptr(context.cast(builder, args[0], argtys[0], types.int64),
+                                  fnty.as_pointer())  # fmt: skip
+        builder.call(target, values)
         return context.get_dummy_value()
 
     return sig, codegen
