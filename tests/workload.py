@@ -4,11 +4,11 @@ The thread, fork, spawn and cache tests run these (in the test process and in ch
 float32/float64 2-D products go to numpy's BLAS and would test nothing of the package, so
 the products here are an integer one (``matmul_direct``), a float16 one (the same kernel
 widening halves in registers), long batches of small float32 matrices (8x8x8 multiplied
-whole, ``matmul_whole``, and 16x16x16 on the vector micro-kernel ``matmul_vector``; the plain
-kernels where the CPU has no vector micro-kernel) and an int64 matrix-vector product
-(``matmul_rows_dot``); the powers take the general float32
-kernel, integer squaring and the integer base with float exponents.  Shapes stay small: in
-a child with a cold cache each kernel compiles once.
+whole, ``matmul_whole``, and 16x48x16, K past what is multiplied whole, on the vector
+micro-kernel ``matmul_vector``; the plain kernels where the CPU has no vector micro-kernel)
+and an int64 matrix-vector product (``matmul_rows_dot``); the powers take the general
+float32 kernel, integer squaring and the integer base with float exponents.  Shapes stay
+small: in a child with a cold cache each kernel compiles once.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ CASES = [
     ("pow float32 ^ 3.7", "pow", ("pow_general",)),
     ("pow int32 ^ 5", "pow", ("pow_ipow",)),
     ("pow int64 ^ float64", "pow", ("pow_general",)),
-    ("matmul float32 (1024,16,16)@(1024,16,16)", "matmul", ("matmul_vector", "matmul_direct")),
+    ("matmul float32 (512,16,48)@(512,48,16)", "matmul", ("matmul_vector", "matmul_direct")),
 ]
 
 
@@ -53,8 +53,8 @@ def operands(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
         (CASES[6][0], rng.integers(-40, 40, (4, 16), dtype=I64), rng.uniform(-3, 9, 16)),
         (
             CASES[7][0],
-            random_array(rng, (1024, 16, 16), F32),
-            random_array(rng, (1024, 16, 16), F32),
+            random_array(rng, (512, 16, 48), F32),
+            random_array(rng, (512, 48, 16), F32),
         ),
     ]
 
