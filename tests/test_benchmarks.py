@@ -304,9 +304,9 @@ def test_first_calls_run_in_fresh_processes_with_an_empty_cache(tmp_path):
 
 def test_first_call_targets_are_selected_by_name():
     names = [f.name for f in _bench.select_first_calls(["first-pow"])]
-    assert names == ["first-pow-f32-e3.7", "first-pow-f16-f16"]
+    assert names == ["first-pow-f32-e3.7", "first-pow-f64-e3.7", "first-pow-f16-f16"]
     assert _bench.select_cases(["first-matmul"]) == []  # matches first calls only: no error
-    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 5
+    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 6
     with pytest.raises(ValueError, match="no case matches"):
         _bench.select_cases(["first-nothing"])
 

@@ -204,6 +204,13 @@ FIRST_CALLS = (
         3.0,
     ),
     FirstCall(
+        "first-pow-f64-e3.7",
+        "float64 ^ 3.7",
+        "x = np.linspace(0.5, 2, 1000); y = np.float64(3.7)",
+        "pow(x, y)",
+        3.0,
+    ),
+    FirstCall(
         "first-pow-f16-f16",
         "float16 ^ float16",
         "x = np.linspace(0.5, 2, 1000).astype(np.float16); y = x[::-1].copy()",
