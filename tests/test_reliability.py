@@ -126,11 +126,15 @@ def _where_moved():
 def test_a_thread_moved_off_a_cpu_keeps_its_cpu_set(own_affinity):
     if len(own_affinity) < 2:
         pytest.skip("this process may use one CPU only")
-    for _ in range(5):
+    # Once its CPU set is whole again, the scheduler may put the thread back at once (the other
+    # CPU busy, this one idle): a move must show in some of the tries, not in each.
+    moves = 0
+    for _ in range(10):
         before, after = _where_moved()
         assert before in own_affinity and after in own_affinity
-        assert after != before
+        moves += after != before
         assert os.sched_getaffinity(0) == own_affinity  # moved, not pinned
+    assert moves > 0
 
 
 @pytest.mark.skipif(not _AFFINITY, reason="sched_getcpu and thread affinity are Linux calls")
