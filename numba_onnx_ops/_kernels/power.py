@@ -759,8 +759,9 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # One call site, with the block's length a variable: a call for the whole blocks with the
     # constant BLOCK compiled ``_wide_block`` a second time, 0.4-0.6 s more on the first
     # float64 call (2.6 vs 3.0-3.3 s in a fresh process with an empty cache, Zen 3), and ran
-    # no faster: 10M float64 on one thread, medians of 41 interleaved calls, x ** 3.7 47.9 /
-    # 47.8 ms and same-shape exponents 52.4 / 53.0 (two threads 24.0 / 23.9, 26.3 / 26.5).
+    # no faster: 10M float64 on one thread, medians of 41 interleaved calls, with that call /
+    # without, x ** 3.7 47.9 / 47.8 ms and same-shape exponents 52.4 / 53.0 (two threads
+    # 24.0 / 23.9, 26.3 / 26.5).
     low = stack_array(BLOCK, 0.0)
     bad = False
     for s in range(0, ov.size, BLOCK):
