@@ -766,7 +766,7 @@ def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     bad = False
     for s in range(0, ov.size, BLOCK):
         _prefetch_block(yv, s + BLOCK)
-        bad |= _wide_block(xv, yv, ykind, ov, s, min(BLOCK, ov.size - s), low)
+        bad |= _wide_block(xv, yv, ykind, ov, s, int_min(BLOCK, ov.size - s), low)
     return bad
 
 
