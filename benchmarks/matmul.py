@@ -47,7 +47,7 @@ class MatMulSquare:
     track_gflops.unit = "GFLOP/s"
 
 
-# The dispatch's crossovers (numba_onnx_ops/_matmul_dispatch.py) as measured with these
+# The dispatch's crossovers (numba_onnx_ops/ops/matmul/dispatch.py) as measured with these
 # classes and the peer comparison's timing, idle, on 2 Zen 3 cores (2026-11), numpy's time /
 # the own kernel's for float32/float64: every 2-D product 0.08 at 32^3, 0.5 at 256^3, 0.47 at
 # 512^3; batches 64 x 8^3 0.37, 64 x 64^3 0.9, 64 x 128x64x128 0.56, 64 x 256^3 broadcast 0.7;

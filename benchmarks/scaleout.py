@@ -104,7 +104,7 @@ class ZarrStream:
     repeat = (1, 3, 60.0)
 
     def setup(self):
-        from numba_onnx_ops import _stream
+        from numba_onnx_ops.integrations import zarr_stream as _stream
 
         self.dir = tempfile.mkdtemp()
         nbytes = (1 << 20) if TINY else (64 << 20)

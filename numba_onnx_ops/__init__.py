@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
-from . import _parallel
-from ._alloc import release_memory
-from ._versions import PUBLIC_TABLES as _PUBLIC_TABLES
-from ._versions import public_table as _public_table
-from ._versions import resolve_version
-from ._warmup import compiled_specializations, warmup
-from .matmul import matmul
-from .power import pow  # noqa: A004 - the ONNX operator's name
+from .core.versions import PUBLIC_TABLES as _PUBLIC_TABLES
+from .core.versions import public_table as _public_table
+from .core.versions import resolve_version
+from .ops.matmul.api import matmul
+from .ops.pow.api import pow  # noqa: A004 - the ONNX operator's name
+from .precompile import compiled_specializations, warmup
+from .runtime import parallel as _parallel
+from .runtime.memory import release_memory
 
 _parallel.prefer_tbb()  # before any kernel starts numba's threads
 

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import _bench, _stream, matmul, pow, resolve_version
+from . import bench as _bench
+from . import matmul, pow, resolve_version
+from .integrations import zarr_stream as _stream
 
 
 def main(argv: Sequence[str] | None = None) -> int:

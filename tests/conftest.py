@@ -39,7 +39,7 @@ def launches(monkeypatch) -> list[str]:
     """The names of the kernels the package launches during the test, in order, and "blas"
     for each product handed to numpy's BLAS."""
     seen: list[str] = []
-    for name in ("_matmul_own", "_matmul_half", "_slp", "power"):
+    for name in ("ops.matmul.own", "ops.matmul.half_panels", "runtime.slp", "ops.pow.api"):
         module = importlib.import_module(f"numba_onnx_ops.{name}")
 
         def launch(kernel, *args, _real=module.launch):
@@ -47,7 +47,7 @@ def launches(monkeypatch) -> list[str]:
             return _real(kernel, *args)
 
         monkeypatch.setattr(module, "launch", launch)
-    for name in ("matmul", "_matmul_half"):
+    for name in ("ops.matmul.api", "ops.matmul.half_panels"):
         module = importlib.import_module(f"numba_onnx_ops.{name}")
 
         def blas(*args, _real=module._np_matmul, **kwargs):

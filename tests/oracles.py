@@ -3,7 +3,7 @@
 Everything here is computed with numpy in higher precision (float64, an 80-bit or wider
 ``np.longdouble``, mpmath where ``long double`` is no wider than float64), with exact Python
 integers, or is transcribed from the spec pages in ``docs/spec``.  The one piece of the
-package imported is ``numba_onnx_ops._reference`` (integer Pow and ulp distances in pure
+package imported is ``numba_onnx_ops.bench.exact`` (integer Pow and ulp distances in pure
 Python, shared with the benchmark's agreement check), which runs no kernel.  No oracle calls
 numpy's or the C library's float ``pow``/``exp``/``log`` in float64 or narrower: those are not
 correctly rounded everywhere.
@@ -17,7 +17,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from numba_onnx_ops._reference import pow_int, ulp_distance
+from numba_onnx_ops.bench.exact import pow_int, ulp_distance
 
 # --------------------------------------------------------------------------------------------
 # dtypes

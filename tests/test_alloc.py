@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import numba_onnx_ops as nox
-from numba_onnx_ops import _alloc
+from numba_onnx_ops.runtime import memory as _alloc
 
 BIG = (_alloc.POOL_MIN_BYTES // 4 // 1000 + 1, 1000)  # just over the pool threshold in float32
 

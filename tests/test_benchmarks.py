@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from oracles import pow_float_exact, round_to_format
 
-from numba_onnx_ops import _bench
+from numba_onnx_ops import bench as _bench
 from numba_onnx_ops.__main__ import _parser, main
-from numba_onnx_ops._bench import runner
+from numba_onnx_ops.bench import runner
 
 # The asv suite is the top-level benchmarks/ package, next to tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -208,7 +208,7 @@ def test_bench_command_rejects_unknown_cases(capsys):
      ({"avx2", "fma", "avx512f", "avx512dq"}, 4.0, 1.0)],
 )  # fmt: skip
 def test_targets_that_differ_by_cpu_follow_its_features(monkeypatch, features, int64, one_thread):
-    from numba_onnx_ops._bench import cases
+    from numba_onnx_ops.bench import cases
 
     monkeypatch.setattr(cases, "cpu_features", lambda: frozenset(features))
     assert cases._on_cpu(4.0, 2.5, "avx512dq") == int64
@@ -216,7 +216,7 @@ def test_targets_that_differ_by_cpu_follow_its_features(monkeypatch, features, i
 
 
 def test_cases_hold_this_cpus_targets():
-    from numba_onnx_ops._bench import cases
+    from numba_onnx_ops.bench import cases
 
     targets = {case.name: case.target for case in _bench.CASES}
     assert targets["matmul-i64-512"] == cases._on_cpu(4.0, 2.5, "avx512dq")
@@ -282,7 +282,7 @@ def test_first_calls_run_in_fresh_processes_with_an_empty_cache(tmp_path):
     folder of its own, and only the call is timed, not the setup."""
     setup = (
         "import os, numba\n"
-        "from numba_onnx_ops._kernels import power\n"
+        "from numba_onnx_ops.ops.pow import kernels as power\n"
         "assert not power.pow_general.signatures\n"
         "assert numba.config.CACHE_DIR == os.environ['NUMBA_CACHE_DIR']\n"
         "assert not [f for _, _, files in os.walk(numba.config.CACHE_DIR) for f in files]\n"
@@ -402,7 +402,7 @@ def test_each_estimate_starts_after_the_pause_a_sample_gets(monkeypatch):
 def test_the_fma_peak_kernel_computes_every_chain():
     from fractions import Fraction
 
-    from numba_onnx_ops._bench import limits
+    from numba_onnx_ops.bench import limits
 
     if not limits.vector_bits():
         pytest.skip("no AVX2 and FMA here")
@@ -425,7 +425,7 @@ def test_the_fma_peak_kernel_computes_every_chain():
 
 
 def test_machine_limits_line():
-    from numba_onnx_ops._bench import limits
+    from numba_onnx_ops.bench import limits
 
     peak = limits.fma_peak(seconds=0.001, runs=1)
     copy = limits.copy_rate(elements=1 << 16, runs=1)

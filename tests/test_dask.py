@@ -321,7 +321,7 @@ def test_importing_the_package_does_not_import_dask():
 def test_task_thread_shares():
     import numba
 
-    from numba_onnx_ops import _dask
+    from numba_onnx_ops.integrations import dask_arrays as _dask
 
     pool = numba.config.NUMBA_NUM_THREADS
     # The synchronous scheduler runs tasks one at a time in the calling thread: every core.
@@ -374,7 +374,7 @@ def test_local_cluster_with_worker_processes(rng):
             [nox.pow(lazy(x, (10, 30)), 3.7), nox.matmul(lazy(a, (10, 12)), lazy(b, (12, 10)))],
             sync=True,
         )
-        from numba_onnx_ops import _dask
+        from numba_onnx_ops.integrations import dask_arrays as _dask
 
         workers = list(client.scheduler_info()["workers"])
         shares = client.gather(
@@ -394,7 +394,7 @@ def test_zarr_stream_keeps_memory_bounded(tmp_path):
     nbytes, chunk = 128 << 20, 1 << 20
     code = f"""
 import json
-from numba_onnx_ops import _stream
+from numba_onnx_ops.integrations import zarr_stream as _stream
 d = _stream.prepare({str(tmp_path)!r}, {nbytes}, chunk_bytes={chunk})
 _stream.warm(d)  # compile outside the measured stages
 report = _stream.run(d)

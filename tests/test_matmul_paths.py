@@ -26,13 +26,13 @@ from oracles import assert_same_values, matmul_exact_int, round_to_format
 
 import numba_onnx_ops as noo
 
-front = importlib.import_module("numba_onnx_ops.matmul")
-dispatch = importlib.import_module("numba_onnx_ops._matmul_dispatch")
-half = importlib.import_module("numba_onnx_ops._matmul_half")
-pairs = importlib.import_module("numba_onnx_ops._matmul_bf16")
-own = importlib.import_module("numba_onnx_ops._matmul_own")
-slp = importlib.import_module("numba_onnx_ops._slp")
-kernels = importlib.import_module("numba_onnx_ops._kernels.matmul")
+front = importlib.import_module("numba_onnx_ops.ops.matmul.api")
+dispatch = importlib.import_module("numba_onnx_ops.ops.matmul.dispatch")
+half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
+pairs = importlib.import_module("numba_onnx_ops.ops.matmul.bf16_pairs")
+own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
+slp = importlib.import_module("numba_onnx_ops.runtime.slp")
+kernels = importlib.import_module("numba_onnx_ops.ops.matmul.kernels")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -525,7 +525,7 @@ def test_bf16_panels_where_pairs_are_slow(paths, rng, monkeypatch):
 
 
 def test_amd_zen_by_llvm_cpu_name(monkeypatch):
-    from numba_onnx_ops import _cpu
+    from numba_onnx_ops.runtime import cpu as _cpu
 
     monkeypatch.setattr(_cpu, "cpu_name", lambda: "znver4")
     assert _cpu.amd_zen.__wrapped__()
@@ -945,7 +945,7 @@ def test_vector_kernel_inner_loop():
     the stack inside the loop."""
     import numba
 
-    from numba_onnx_ops._kernels.microkernel import vector_tile
+    from numba_onnx_ops.ops.matmul.microkernel import vector_tile
 
     tile, nr = own.vector_tile(F32, 64)
     mr = sum(1 for x in tile if type(x) is int)
@@ -979,7 +979,7 @@ def test_c_view_shares_memory_and_holds_a_reference():
 
     import numba
 
-    from numba_onnx_ops._kernels.stack import c_view
+    from numba_onnx_ops.runtime.stack import c_view
 
     @numba.njit
     def views(a, rows, cols):
@@ -1006,7 +1006,7 @@ import json
 import numba
 import numpy as np
 from numba.core.runtime import rtsys
-from numba_onnx_ops._kernels.stack import heap_array
+from numba_onnx_ops.runtime.stack import heap_array
 
 @numba.njit
 def scratch(n, proto):

@@ -10,7 +10,7 @@ import numba
 import pytest
 from child import run_python
 
-from numba_onnx_ops import _numba_private
+from numba_onnx_ops.runtime import numba_private as _numba_private
 
 SCRIPT = """
 import json, sys, types, warnings
@@ -41,7 +41,7 @@ exact = [[[sum(int(a[i, r, t]) * int(b[t, c]) for t in range(8)) for c in range(
           for r in range(8)] for i in range(3)]
 print(json.dumps({
     "right": got.tolist() == exact,
-    "slp_switch": nox._numba_private._HAVE_SLP_SWITCH,
+    "slp_switch": nox.runtime.numba_private._HAVE_SLP_SWITCH,
     "warnings": [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)],
 }))
 """
@@ -65,7 +65,9 @@ def test_renamed_internals_disable_the_cache_and_keep_results(tmp_path):
 
     usual = _run("usual", tmp_path / "usual")  # the same script caches where nothing is renamed
     assert usual == {"right": True, "slp_switch": True, "warnings": []}
-    assert any(name.startswith("matmul.matmul_small") for name in _cached_files(tmp_path / "usual"))
+    assert any(
+        name.startswith("kernels.matmul_small") for name in _cached_files(tmp_path / "usual")
+    )
 
 
 def test_the_checked_versions_are_named():
@@ -113,7 +115,8 @@ def _kernel_names() -> set[str]:
     """The parallel kernels: the only functions numba_onnx_ops calls from Python."""
     from numba.core.registry import CPUDispatcher
 
-    from numba_onnx_ops._kernels import matmul, power
+    from numba_onnx_ops.ops.matmul import kernels as matmul
+    from numba_onnx_ops.ops.pow import kernels as power
 
     return {
         obj.py_func.__qualname__
@@ -145,7 +148,7 @@ def test_helpers_refuse_calls_from_python():
     import numpy as np
     import pytest
 
-    from numba_onnx_ops._kernels import half
+    from numba_onnx_ops.runtime import half
 
     with pytest.raises(TypeError, match="compiled into numba_onnx_ops kernels only"):
         half.f16_to_f32(np.uint16(0x3C00))

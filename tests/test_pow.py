@@ -333,7 +333,7 @@ def streaming(monkeypatch):
     """``streaming(True)``: every result counts as larger than the caches, so the classes
     bound by memory write their whole cache lines with non-temporal stores and the partial ones
     plainly; ``streaming(False)``: none does."""
-    from numba_onnx_ops import power
+    from numba_onnx_ops.ops.pow import api as power
 
     def switch(on: bool) -> None:
         monkeypatch.setattr(power, "last_level_cache_bytes", lambda: 0 if on else 1 << 62)
@@ -782,7 +782,7 @@ _COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63,
 def test_common_calls_equal_the_general_path(dtype, monkeypatch):
     """Contiguous bases with a Python exponent, or with a same-shape exponent array, skip the
     general path's steps; the results are the general path's bit for bit."""
-    from numba_onnx_ops import power
+    from numba_onnx_ops.ops.pow import api as power
 
     monkeypatch.setattr(power, "_SCALAR_CALLS", {})
     monkeypatch.setattr(power, "_ARRAY_PAIRS", {})
@@ -801,7 +801,7 @@ def test_common_calls_equal_the_general_path(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
-    from numba_onnx_ops import power
+    from numba_onnx_ops.ops.pow import api as power
 
     checked = []
     real_check = power._check
@@ -836,7 +836,7 @@ def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
     ids=str,
 )
 def test_other_calls_take_the_general_path(x, y, monkeypatch):
-    from numba_onnx_ops import power
+    from numba_onnx_ops.ops.pow import api as power
 
     checked = []
     real_check = power._check

@@ -1,6 +1,6 @@
 """Accuracy of Pow's float kernels, one exponent class at a time.
 
-Pow picks a kernel per call from the exponent (``numba_onnx_ops/_kernels/power.py``): x*x for a
+Pow picks a kernel per call from the exponent (``numba_onnx_ops/ops/pow/kernels.py``): x*x for a
 scalar 2, a fused cube for 3, sqrt for 0.5, a division for -1, 1/sqrt for -0.5, squaring for
 other small integers (float32 and half bases), and log/exp polynomials for everything else,
 scalar or array exponents.  semantics.md asks every float result to be within 1 ulp of the
@@ -41,7 +41,7 @@ from oracles import (
 )
 
 import numba_onnx_ops as noo
-from numba_onnx_ops._cpu import vector_bits
+from numba_onnx_ops.runtime.cpu import vector_bits
 
 # mpmath (where long double is float64) computes about 10^5 values a second, powl 10^7
 N = 1_000_000 if LONGDOUBLE_IS_WIDE else 20_000
@@ -211,7 +211,7 @@ def test_exp_table_is_two_to_the_j_over_128():
     """float64's exp takes 2**(j/128) as the double-double P[j] + PLO[j], built from the
     coarse and fine factor tables; against mpmath at 200 bits."""
     mpmath = pytest.importorskip("mpmath")
-    from numba_onnx_ops._kernels import powmath
+    from numba_onnx_ops.ops.pow import powmath
 
     with mpmath.workprec(200):
         for j in range(powmath.EXP_P.size):
@@ -224,7 +224,7 @@ def test_exp_table_is_two_to_the_j_over_128():
 def _wide_exp_kernels():
     from numba import njit
 
-    from numba_onnx_ops._kernels import powmath
+    from numba_onnx_ops.ops.pow import powmath
 
     @njit
     def by_vectors(x, y, lhi, llo, n):
@@ -286,7 +286,7 @@ def test_float64_exp_vectors_equal_the_element_steps(rng):
 def _narrow_exp2_kernel():
     from numba import njit
 
-    from numba_onnx_ops._kernels import powmath
+    from numba_onnx_ops.ops.pow import powmath
 
     @njit
     def run(t, out, n):
@@ -322,7 +322,7 @@ def test_float32_exp_by_table_is_accurate(rng):
     two and the points where the index changes; the table holds 2**(j/16) correctly
     rounded."""
     mpmath = pytest.importorskip("mpmath")
-    from numba_onnx_ops._kernels import powmath
+    from numba_onnx_ops.ops.pow import powmath
 
     n = np.arange(-200 * 16, 200 * 16 + 1)
     t = np.concatenate([rng.uniform(-200.0, 200.0, 5_000), n / 16, (n + 0.5) / 16])
@@ -348,7 +348,7 @@ _F64_BITS_SCRIPT = """
 import sys
 import numpy as np
 import numba_onnx_ops as noo
-from numba_onnx_ops._cpu import vector_bits
+from numba_onnx_ops.runtime.cpu import vector_bits
 rng = np.random.default_rng(7)
 x = np.exp2(rng.uniform(-1000, 1000, 50_000)) * rng.choice([-1.0, 1.0], 50_000)
 y = rng.uniform(-3, 3, x.size)

@@ -15,8 +15,8 @@ import pytest
 from oracles import BF16, F16, F32, F64, I8, I64, LAYOUTS, U64, as_layout, dtype_id
 
 import numba_onnx_ops as noo
-from numba_onnx_ops import _tables
-from numba_onnx_ops import power as front
+from numba_onnx_ops.ops.pow import api as front
+from numba_onnx_ops.ops.pow import tables as _tables
 
 EVERY = np.arange(2**16, dtype=np.uint16)
 

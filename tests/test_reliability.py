@@ -111,7 +111,7 @@ def _where_moved():
     """(CPU before, CPU after) the calling thread asks to be moved off the CPU it is on."""
     from numba import njit
 
-    from numba_onnx_ops._kernels.schedule import _move_off, current_cpu
+    from numba_onnx_ops.runtime.schedule import _move_off, current_cpu
 
     @njit
     def probe():
@@ -150,7 +150,7 @@ def _flags_after_spread(cpu, flags):
     the role of a kernel's caller) starts a task with it."""
     from numba import njit
 
-    from numba_onnx_ops._kernels.schedule import spread
+    from numba_onnx_ops.runtime.schedule import spread
 
     @njit
     def task(state):
@@ -164,7 +164,7 @@ def _flags_after_spread(cpu, flags):
 def test_the_caller_checks_for_its_pool_once_per_call():
     from numba import njit
 
-    from numba_onnx_ops._kernels.schedule import (
+    from numba_onnx_ops.runtime.schedule import (
         _CALLER_YIELDED,
         _POOL_STARTED,
         call_state,
@@ -193,7 +193,7 @@ def test_pool_threads_say_they_started():
     import numba
     from numba import njit, prange
 
-    from numba_onnx_ops._kernels.schedule import _POOL_STARTED, call_state, spread
+    from numba_onnx_ops.runtime.schedule import _POOL_STARTED, call_state, spread
 
     if numba.get_num_threads() < 2:
         pytest.skip("numba runs one thread here")
@@ -269,7 +269,7 @@ def test_nothing_compiles_at_import():
     """
     before, after = json.loads(run_python(code))
     assert before == {}
-    assert after.get("numba_onnx_ops._kernels.power.pow_cube", 0) >= 1, after
+    assert after.get("numba_onnx_ops.ops.pow.kernels.pow_cube", 0) >= 1, after
 
 
 def test_unwritable_cache_still_works():
@@ -300,7 +300,7 @@ def test_cache_follows_every_kernel_source(tmp_path):
     import sys
     sys.path.insert(0, {str(copy.parent)!r})  # ahead of the working directory
     import numpy as np, numba_onnx_ops as nox
-    from numba_onnx_ops._kernels import power
+    from numba_onnx_ops.ops.pow import kernels as power
     nox.pow(np.arange(5.0, dtype=np.float32), np.float32(1.5))
     stats = power.pow_general.stats
     print(nox.__file__, sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
@@ -314,7 +314,7 @@ def test_cache_follows_every_kernel_source(tmp_path):
 
     assert run() == ["0", "1"]  # compiled and saved
     assert run() == ["1", "0"]  # loaded
-    with open(copy / "_kernels" / "powmath.py", "a") as f:
+    with open(copy / "ops" / "pow" / "powmath.py", "a") as f:
         f.write("# edited\n")  # an inlined helper's file, not power.py
     assert run() == ["0", "1"]  # stale: compiled again
 

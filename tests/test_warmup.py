@@ -32,9 +32,10 @@ def test_warmup_compiles_what_later_calls_use(rng, capsys):
     assert all(s >= 0 for s in seconds.values())
     assert "warmup uint64" in capsys.readouterr().err
     compiled = noo.compiled_specializations()
-    for name in ("matmul.matmul_direct", "matmul.matmul_small", "matmul.matmul_rows_dot",
-                 "matmul.matmul_cols_axpy", "power.pow_general", "power.pow_ipow"):  # fmt: skip
-        assert compiled.get(f"numba_onnx_ops._kernels.{name}", 0) >= 1, name
+    for name in ("matmul.kernels.matmul_direct", "matmul.kernels.matmul_small",
+                 "matmul.kernels.matmul_rows_dot", "matmul.kernels.matmul_cols_axpy",
+                 "pow.kernels.pow_general", "pow.kernels.pow_ipow"):  # fmt: skip
+        assert compiled.get(f"numba_onnx_ops.ops.{name}", 0) >= 1, name
     for op, a, b in _calls(rng):
         result = op(a, b)
         check = assert_matmul_close if op is noo.matmul else assert_pow_matches
@@ -64,5 +65,5 @@ def test_compiled_specializations_counts_signatures():
     x = np.arange(5, dtype=np.float64)
     noo.pow(x, 3.7)
     after = noo.compiled_specializations()
-    assert after.get("numba_onnx_ops._kernels.power.pow_general", 0) >= 1
+    assert after.get("numba_onnx_ops.ops.pow.kernels.pow_general", 0) >= 1
     assert all(after.get(k, 0) >= v for k, v in compiled.items())

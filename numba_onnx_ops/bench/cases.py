@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 import ml_dtypes
 import numpy as np
 
-from .._cpu import cpu_features
+from ..runtime.cpu import cpu_features
 
 Shape = tuple[int, ...]
 

@@ -35,9 +35,9 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit import helper
-from .half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
-from .microkernel import vector_fma, vector_splat
+from ...runtime.half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
+from ...runtime.jit import helper
+from ..matmul.microkernel import vector_fma, vector_splat
 
 _U64 = types.uint64
 _U32 = types.uint32

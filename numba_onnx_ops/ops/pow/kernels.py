@@ -20,13 +20,15 @@ import math
 import numpy as np
 from numba import njit, prange, types
 
-from .._cpu import amd_zen, vector_bits
-from .._dtypes import NATIVE
-from ._jit import helper, helper_overload, kernel
-from .convert import narrow, widen
-from .half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
+from ...core.dtypes import NATIVE
+from ...runtime.convert import narrow, widen
+from ...runtime.cpu import amd_zen, vector_bits
+from ...runtime.half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
+from ...runtime.jit import helper, helper_overload, kernel
+from ...runtime.schedule import call_state, spread
+from ...runtime.stack import heap_array, stack_array
+from ..matmul.microkernel import prefetch_rows_for_read
 from .ints import int_max, int_min
-from .microkernel import prefetch_rows_for_read
 from .powmath import (
     cube_wide,
     exp_wide_of_log,
@@ -49,8 +51,6 @@ from .powmath import (
     sqrt_any,
     sqrt_narrow,
 )
-from .schedule import call_state, spread
-from .stack import heap_array, stack_array
 from .streaming import (
     CUBE_LINE,
     LINE,

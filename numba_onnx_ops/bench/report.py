@@ -53,7 +53,7 @@ def environment() -> dict[str, Any]:
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    from .._cpu import cpu_features
+    from ..runtime.cpu import cpu_features
 
     flags = [f for f in _VECTOR_FLAGS if f in cpu_features()]
     return {

@@ -12,7 +12,7 @@ import numbers
 
 import numpy as np
 
-from ._dtypes import bfloat16, is_bfloat16
+from .dtypes import bfloat16, is_bfloat16
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)

@@ -6,8 +6,8 @@ import sys
 
 import numpy as np
 
-from . import _alloc
-from ._versions import dtype_names
+from ..runtime import memory as _alloc
+from .versions import dtype_names
 
 
 def check_dtype(label: str, name: str, dtype: np.dtype, allowed) -> None:

@@ -10,21 +10,21 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _alloc
-from ._broadcast import (
+from ...core.broadcast import (
     broadcast_shape,
     broadcast_strides,
     coalesce,
     contiguous_buffer,
     flat_buffer,
 )
-from ._cpu import last_level_cache_bytes
-from ._dtypes import NATIVE, as_input, is_bfloat16, is_half, is_weak_scalar, kernel_view
-from ._front import check_dtype, dask_operand, finish, prepare_out
-from ._kernels import power as _k
-from ._parallel import launch
-from ._tables import TableCache
-from ._versions import POW_ALLOWED, POW_LEGACY_BROADCAST, POW_SHARED_T, resolve_version
+from ...core.checks import check_dtype, dask_operand, finish, prepare_out
+from ...core.dtypes import NATIVE, as_input, is_bfloat16, is_half, is_weak_scalar, kernel_view
+from ...core.versions import POW_ALLOWED, POW_LEGACY_BROADCAST, POW_SHARED_T, resolve_version
+from ...runtime import memory as _alloc
+from ...runtime.cpu import last_level_cache_bytes
+from ...runtime.parallel import launch
+from . import kernels as _k
+from .tables import TableCache
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -89,7 +89,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
             if result is not None:
                 return result
     if dask_operand(X, Y):
-        from . import _dask
+        from ...integrations import dask_arrays as _dask
 
         return _dask.pow(X, Y, opset=opset, broadcast=broadcast, axis=axis, out=out)
     label, x, y, shape = _check(X, Y, opset, broadcast, axis)

@@ -11,8 +11,8 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from .._dtypes import BF16, F16
-from ._jit import helper
+from ..core.dtypes import BF16, F16
+from .jit import helper
 
 
 @intrinsic

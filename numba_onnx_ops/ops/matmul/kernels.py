@@ -30,17 +30,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange, types
 
-from ._jit import helper, helper_overload, kernel
-from .convert import narrow, widen
-from .microkernel import (
-    call_whole,
-    prefetch_rows_for_write,
-    tile_cols,
-    tile_rows,
-    vector_tile,
-)
-from .schedule import call_state, set_chunksize, spread
-from .stack import c_view, heap_array, stack_array
+from ...runtime.convert import narrow, widen
+from ...runtime.jit import helper, helper_overload, kernel
+from ...runtime.schedule import call_state, set_chunksize, spread
+from ...runtime.stack import c_view, heap_array, stack_array
+from .microkernel import call_whole, prefetch_rows_for_write, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or

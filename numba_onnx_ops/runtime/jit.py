@@ -9,7 +9,7 @@ from pathlib import Path
 import numba
 from numba.extending import overload
 
-from .._numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
+from .numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -21,7 +21,9 @@ def sources_stamp() -> bytes:
     (empty if they cannot be read as files, where numba cannot cache anyway)."""
     digest = hashlib.sha256()
     try:
-        for path in sorted(_PACKAGE.joinpath("_kernels").glob("*.py")) + [_PACKAGE / "_dtypes.py"]:
+        for path in sorted(
+            p for d in ("core", "ops", "runtime") for p in _PACKAGE.joinpath(d).rglob("*.py")
+        ):
             digest.update(path.name.encode())
             digest.update(path.read_bytes())
     except OSError:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._matmul_own import vector_bits, vector_tile
+from .own import vector_bits, vector_tile
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
-from ._numba_private import compile_with_slp
-from ._parallel import launch
+from .numba_private import compile_with_slp
+from .parallel import launch
 
 _SLP_LOCK = threading.Lock()
 _SLP_BUILT: set = set()

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._versions import public_table
-from .matmul import matmul
-from .power import pow  # noqa: A004
+from .core.versions import public_table
+from .ops.matmul.api import matmul
+from .ops.pow.api import pow  # noqa: A004
 
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike

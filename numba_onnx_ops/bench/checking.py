@@ -5,9 +5,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .._reference import pow_int as _int_pow_reference
-from .._reference import ulp_distance as _ulp_distance
 from .cases import BFLOAT16, Case
+from .exact import pow_int as _int_pow_reference
+from .exact import ulp_distance as _ulp_distance
 
 #: The agreement tolerance of Pow results in units in the last place of the output type.  The
 #: library promises 1 ulp; peers such as onnxruntime's ``x*x*x`` in float32 come within 2.

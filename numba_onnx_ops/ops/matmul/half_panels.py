@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._broadcast import flat_buffer
-from ._dtypes import kernel_view
-from ._kernels import matmul as _k
-from ._parallel import launch
+from ...core.broadcast import flat_buffer
+from ...core.dtypes import kernel_view
+from ...runtime.parallel import launch
+from . import kernels as _k
 
 _F32 = np.dtype(np.float32)
 _np_matmul = np.matmul  # (a module global, so tests can watch it)

@@ -23,12 +23,12 @@ import numpy as np
 from dask.array.core import unify_chunks
 from dask.base import tokenize
 
-from ._dtypes import is_half
-from ._versions import resolve_version
-from .matmul import _check as _matmul_check
-from .matmul import matmul as _matmul
-from .power import _check as _pow_check
-from .power import pow as _pow
+from ..core.dtypes import is_half
+from ..core.versions import resolve_version
+from ..ops.matmul.api import _check as _matmul_check
+from ..ops.matmul.api import matmul as _matmul
+from ..ops.pow.api import _check as _pow_check
+from ..ops.pow.api import pow as _pow
 
 # --- thread policy -----------------------------------------------------------------------
 

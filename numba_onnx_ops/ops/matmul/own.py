@@ -9,14 +9,14 @@ import numba
 import numpy as np
 from llvmlite import ir
 
-from ._broadcast import batch_offsets, flat_buffer
-from ._cpu import amd_zen, cpu_features, vector_bits
-from ._dtypes import NATIVE, kernel_view
-from ._kernels import matmul as _k
-from ._kernels.microkernel import define_whole, tile_shape
-from ._numba_private import native_function
-from ._parallel import launch
-from ._slp import launch_slp
+from ...core.broadcast import batch_offsets, flat_buffer
+from ...core.dtypes import NATIVE, kernel_view
+from ...runtime.cpu import amd_zen, cpu_features, vector_bits
+from ...runtime.numba_private import native_function
+from ...runtime.parallel import launch
+from ...runtime.slp import launch_slp
+from . import kernels as _k
+from .microkernel import define_whole, tile_shape
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from numba import types
 
-from .._dtypes import NATIVE
-from ._jit import helper_overload
+from ..core.dtypes import NATIVE
 from .half import f32_to_half, f64_to_half, half_to_f32
+from .jit import helper_overload
 
 
 def widen(v, kind):  # pragma: no cover - replaced by the overload inside njit code

@@ -28,13 +28,13 @@ import functools
 import numba
 import numpy as np
 
-from ._broadcast import flat_buffer
-from ._cpu import amd_zen, cpu_features, vector_bits
-from ._dtypes import kernel_view
-from ._kernels import matmul as _k
-from ._kernels.microkernel import tile_shape
-from ._matmul_half import run_half_blas
-from ._parallel import launch
+from ...core.broadcast import flat_buffer
+from ...core.dtypes import kernel_view
+from ...runtime.cpu import amd_zen, cpu_features, vector_bits
+from ...runtime.parallel import launch
+from . import kernels as _k
+from .half_panels import run_half_blas
+from .microkernel import tile_shape
 
 _U32 = np.dtype(np.uint32)
 # Smallest exponent-field sum (ea + eb) of two nonzero inputs whose product is >= 2**-110.

@@ -24,15 +24,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import _alloc
-from ._broadcast import broadcast_shape
-from ._dtypes import as_input, is_bfloat16
-from ._front import check_dtype, dask_operand, finish, prepare_out
-from ._matmul_bf16 import pairs_win, run_bf16_pairs
-from ._matmul_dispatch import blas_wins, blasable, half_blas_wins
-from ._matmul_half import run_half_blas
-from ._matmul_own import run
-from ._versions import MATMUL_ALLOWED, resolve_version
+from ...core.broadcast import broadcast_shape
+from ...core.checks import check_dtype, dask_operand, finish, prepare_out
+from ...core.dtypes import as_input, is_bfloat16
+from ...core.versions import MATMUL_ALLOWED, resolve_version
+from ...runtime import memory as _alloc
+from .bf16_pairs import pairs_win, run_bf16_pairs
+from .dispatch import blas_wins, blasable, half_blas_wins
+from .half_panels import run_half_blas
+from .own import run
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
@@ -132,7 +132,7 @@ def matmul(
                 _dispatch_other(A, B, batch, m, n, k, target)
                 return target
     if dask_operand(A, B):
-        from . import _dask
+        from ...integrations import dask_arrays as _dask
 
         return _dask.matmul(A, B, opset=opset, out=out)
     label, a, b, a2, b2, batch, (m, k, n), shape = _check(A, B, opset)

@@ -16,8 +16,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ._jit import helper_overload
-from .streaming import LINE
+from ...runtime.jit import helper_overload
+from ..pow.streaming import LINE
 
 
 class _BFloat16(ir.types.Type):

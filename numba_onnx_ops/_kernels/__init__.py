@@ -1,1 +1,0 @@
-"""Numba kernels: loops only, on validated arrays with a preallocated output."""
