@@ -47,7 +47,7 @@ class MatMulSquare:
     track_gflops.unit = "GFLOP/s"
 
 
-# The dispatch's crossovers (numba_onnx_ops/ops/matmul/dispatch.py) as measured with these
+# The dispatch's crossovers (numba_onnx_ops/tuning.py) as measured with these
 # classes and the peer comparison's timing, idle, on 2 Zen 3 cores (2026-11), numpy's time /
 # the own kernel's for float32/float64: every 2-D product 0.08 at 32^3, 0.5 at 256^3, 0.47 at
 # 512^3; batches 64 x 8^3 0.37, 64 x 64^3 0.9, 64 x 128x64x128 0.56, 64 x 256^3 broadcast 0.7;
@@ -68,8 +68,32 @@ class MatMulSquare:
 # AVX-512 again (2026-12, one thread each, thread CPU time): 64 x 128x64x128 1.17, 32 x 128^3
 # 1.16, 4 x 256^3 1.09, 64 x 64^3 0.97.  Once the kernels' caller yielded to a pool thread
 # queued behind it, the second core no longer started late after a pause, and on two threads
-# in the peer comparison's pattern such batches up to 256^3 went to the micro-kernel (figures
-# in ``_matmul_dispatch``).
+# in the peer comparison's pattern such batches up to 256^3 went to the micro-kernel: on
+# AVX-512 (Zen 4, 2 vCPUs), samples as the peer comparison takes them (a 50 ms pause, then 5 ms
+# of calls; medians of 11, numpy's time / the own kernel's): 16 x 64^3 1.20, 128 x 64^3 1.62,
+# 64 x 128x64x128 1.50, 4 x 128^3 0.93, 16 x 128^3 1.29, 2 x 256^3 1.09, 4 x 256^3 1.63,
+# 8 x 256^3 1.41, 16 x 256^3 0.98, 8 x 8 broadcast 256^3 1.11, 2 x 384^3 0.93, 4 x 384^3 1.19;
+# single runs vary by 30%.  The own call's launch and front cost about 15 us.
+#
+# Whole-matrix code for tiny products (``tuning.WHOLE_MAX_M``/``WHOLE_MAX_K``), against the
+# blocked micro-kernel.  Zen 4, 4096 or 2048 products, whole / blocked (the whole kernel with
+# A's column stride a variable, before it became the constant 1): float32 4x8x8 57 / 122 us,
+# 16x8x8 173 / 238, float64 4x4x4 43 / 89, 8x8x8 102 / 126 on one core; but with K = 16 the
+# blocks were as fast or faster: float32 16x16x16 231 / 206, 8x16x16 135 / 106, float64
+# 16x16x16 358 / 357.  With AVX2 (16 registers) the whole code takes up to 32 terms, its rows in
+# groups whose sums fit the registers (6 rows of two vectors): Zen 3, 2 threads, one process,
+# medians of 31 in shuffled order, whole / blocked (us): float32 2048 x 16x16x16 215 / 256,
+# 4096 x 8x8x8 131 / 175, 4096 x 8x16x8 159 / 199, 1024 x 16x32x16 280 / 322, 1024 x 8x32x16
+# 148 / 184; float64 2048 x 16x16x8 476 / 508, 1024 x 16x32x8 298 / 338; K = 64: 223 / 221.
+#
+# bfloat16 pair dot products (``tuning.PAIRS_MIN_MNK``/``PAIRS_MIN_N``), Zen 4, 2 threads,
+# medians, against the paths they replace: 256^3 0.25 vs 0.28 ms and 512^3 1.45 vs 1.50 back to
+# back, 1024^3 6-7 vs 14-15 with pauses between calls; but 128^3 72 vs 63 us (three launches and
+# the packing per matrix), (8,128,128)^2 243 vs 91 us, and 16 columns (one vector a row block:
+# loads, not dot products, bound it) 726 vs 449 us.
+#
+# Half types in ``matmul_direct`` widen A at every use: past ``tuning.DIRECT_HALF_MAX_MNK`` the
+# packed kernel, which widens each element once, ran 65 against 38 GFLOP/s per core at 1024^3.
 
 #: Batched products: many tiny matrices (a path without per-matrix overhead), mid-size batches,
 #: and batch dimensions that broadcast against each other.

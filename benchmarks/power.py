@@ -168,6 +168,10 @@ HALF_CASES = [
 ]
 
 
+# The table's crossovers (``tuning.TABLE_USE_MIN``, ``TABLE_BUILD_MIN``): a cached table and
+# the direct kernel measured equal at 256 elements, the table ahead from about 1K; building one
+# costs the direct kernel over 65,536 elements.  Squares, square roots and reciprocals stay
+# direct: on 10M float16, CPU time on 2 threads, x ** 2 1.2 ms against 3.0 ms through a table.
 class PowHalfTable:
     """Half-type x ** y with a 0-d exponent, next to a parallel copy of the same bytes (the
     floor a table gather can approach)."""

@@ -39,20 +39,18 @@ def launches(monkeypatch) -> list[str]:
     """The names of the kernels the package launches during the test, in order, and "blas"
     for each product handed to numpy's BLAS."""
     seen: list[str] = []
-    for name in ("ops.matmul.own", "ops.matmul.half_panels", "runtime.slp", "ops.pow.api"):
-        module = importlib.import_module(f"numba_onnx_ops.{name}")
+    parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
+    blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
 
-        def launch(kernel, *args, _real=module.launch):
-            seen.append(kernel.py_func.__name__)
-            return _real(kernel, *args)
+    def launch(kernel, *args, _real=parallel.launch):
+        seen.append(kernel.py_func.__name__)
+        return _real(kernel, *args)
 
-        monkeypatch.setattr(module, "launch", launch)
-    for name in ("ops.matmul.api", "ops.matmul.half_panels"):
-        module = importlib.import_module(f"numba_onnx_ops.{name}")
+    def blas_matmul(*args, _real=blas.matmul, **kwargs):
+        seen.append("blas")
+        return _real(*args, **kwargs)
 
-        def blas(*args, _real=module._np_matmul, **kwargs):
-            seen.append("blas")
-            return _real(*args, **kwargs)
-
-        monkeypatch.setattr(module, "_np_matmul", blas)
+    # Every kernel launch and every BLAS call goes through these two names.
+    monkeypatch.setattr(parallel, "launch", launch)
+    monkeypatch.setattr(blas, "matmul", blas_matmul)
     return seen

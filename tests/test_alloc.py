@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import numba_onnx_ops as nox
+from numba_onnx_ops import tuning
 from numba_onnx_ops.runtime import memory as _alloc
 
-BIG = (_alloc.POOL_MIN_BYTES // 4 // 1000 + 1, 1000)  # just over the pool threshold in float32
+BIG = (tuning.POOL_MIN_BYTES // 4 // 1000 + 1, 1000)  # just over the pool threshold in float32
 
 
 @pytest.fixture(autouse=True)

@@ -26,12 +26,13 @@ from oracles import assert_same_values, matmul_exact_int, round_to_format
 
 import numba_onnx_ops as noo
 
-front = importlib.import_module("numba_onnx_ops.ops.matmul.api")
-dispatch = importlib.import_module("numba_onnx_ops.ops.matmul.dispatch")
+blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
+decisions = importlib.import_module("numba_onnx_ops.ops.matmul.decisions")
 half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
 pairs = importlib.import_module("numba_onnx_ops.ops.matmul.bf16_pairs")
 own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
-slp = importlib.import_module("numba_onnx_ops.runtime.slp")
+parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
+tuning = importlib.import_module("numba_onnx_ops.tuning")
 kernels = importlib.import_module("numba_onnx_ops.ops.matmul.kernels")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -63,21 +64,19 @@ def rng():
 def paths(monkeypatch):
     """The list of paths the calls inside the test took, in order."""
     seen: list[str] = []
-    real_launch = own.launch
-    real_blas = front._np_matmul
+    real_launch = parallel.launch
+    real_blas = blas.matmul
 
     def launch(kernel, *args):
         seen.append(_NAMES[kernel.py_func.__name__])
         return real_launch(kernel, *args)
 
-    def blas(*args, **kwargs):
+    def blas_spy(*args, **kwargs):
         seen.append("blas")
         return real_blas(*args, **kwargs)
 
-    for module in (own, half, slp, pairs):
-        monkeypatch.setattr(module, "launch", launch)
-    for module in (front, half):
-        monkeypatch.setattr(module, "_np_matmul", blas)
+    monkeypatch.setattr(parallel, "launch", launch)  # every kernel launch goes through it
+    monkeypatch.setattr(blas, "matmul", blas_spy)  # every BLAS call goes through it
     return seen
 
 
@@ -85,22 +84,21 @@ def paths(monkeypatch):
 def own_floats(monkeypatch):
     """float32/float64 products of any batch go to the own kernels (where the layout lets
     BLAS take them, the dispatch otherwise prefers numpy's BLAS up to long batches)."""
-    monkeypatch.setattr(dispatch, "OWN_MIN_BATCH", {F32: 0, F64: 0})
-    monkeypatch.setattr(dispatch, "OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
+    monkeypatch.setattr(tuning, "OWN_MIN_BATCH", {F32: 0, F64: 0})
+    monkeypatch.setattr(tuning, "OWN_MAX_MNK", {F32: 1 << 62, F64: 1 << 62})
 
 
 @pytest.fixture
 def no_vector(monkeypatch):
     """As on a CPU without AVX2 and FMA: float products take the plain own kernels."""
-    for module in (own, dispatch):
-        monkeypatch.setattr(module, "vector_tile", lambda dtype, n: (None, 0))
+    monkeypatch.setattr(own, "vector_tile", lambda dtype, n: (None, 0))
     monkeypatch.setattr(own, "whole_function", lambda *args: None)
 
 
 @pytest.fixture
 def no_pairs(monkeypatch):
     """As on a CPU without AVX512_BF16: bfloat16 products take the float32 paths."""
-    monkeypatch.setattr(front, "pairs_win", lambda m, n, k: False)
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
 
 
 @pytest.fixture
@@ -320,7 +318,7 @@ def test_small_needs_unit_column_stride(paths, rng):
 
 # matmul_packed: long K (past the direct kernel's strip limit) and large half products.
 def test_packed_long_k_integers(paths, rng, no_vector):
-    k = own.DIRECT_KMAX + 77
+    k = tuning.DIRECT_KMAX + 77
     for dtype in (I32, U64):
         paths.clear()
         check(operand(rng, (3, k), dtype), operand(rng, (k, 5), dtype))
@@ -355,7 +353,7 @@ def test_packed_k_blocks(paths, rng, monkeypatch):
 
 @pytest.mark.parametrize("dtype", INTS + (F32, F64), ids=str)
 def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
-    monkeypatch.setattr(own, "DIRECT_KMAX", 8)  # send everything with K > 8 to packed
+    monkeypatch.setattr(tuning, "DIRECT_KMAX", 8)  # send everything with K > 8 to packed
     a = operand(rng, (2, 11, 29), dtype, "F")
     b = operand(rng, (2, 29, 14), dtype, "neg")
     check(a, b)
@@ -366,7 +364,7 @@ def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
 def test_half_panels_through_blas(no_pairs, paths, rng, monkeypatch, dtype, layout):
-    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
     check(a, b)
@@ -376,7 +374,7 @@ def test_half_panels_through_blas(no_pairs, paths, rng, monkeypatch, dtype, layo
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panel_tiles_and_k_blocks(no_pairs, paths, rng, monkeypatch, dtype):
     # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
-    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
     monkeypatch.setattr(half, "PANEL", 600)
     monkeypatch.setattr(half, "PANEL_MIN", 16)
     monkeypatch.setattr(half, "PANEL_KMAX", 40)
@@ -397,7 +395,7 @@ def test_half_panels_default_sizes(no_pairs, paths, rng, dtype):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panels_keep_specials(no_pairs, rng, monkeypatch, dtype):
-    monkeypatch.setattr(dispatch, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
     # small integers: every sum is exact in float32 (and float64), so the one rounding to the
     # half type is all there is; the oracle sums in float64 (not the sgemm under test)
     a = rng.integers(-2, 3, (20, 70)).astype(dtype)
@@ -453,7 +451,7 @@ def _stepped(x):
 def small_pairs(monkeypatch):
     """Small bfloat16 products take the pairs too, so their edges can be checked, also on CPUs
     where the panels are faster."""
-    monkeypatch.setattr(pairs, "PAIRS_MIN_MNK", 1)
+    monkeypatch.setattr(tuning, "PAIRS_MIN_MNK", 1)
     monkeypatch.setattr(pairs, "pairs_fast", lambda: True)
 
 
@@ -774,13 +772,13 @@ def test_fast_path_keeps_every_check(paths, rng):
 def checked(monkeypatch):
     """The shapes of A in the calls that went through the general checks, in order."""
     seen = []
-    real_check = front._check
+    real_check = decisions.check
 
     def check_spy(*args):
         seen.append(args[0].shape)
         return real_check(*args)
 
-    monkeypatch.setattr(front, "_check", check_spy)
+    monkeypatch.setattr(decisions, "check", check_spy)
     return seen
 
 
@@ -871,8 +869,9 @@ def _direct_args(dtype):
 
 
 def test_slp_flag_is_set_for_the_build_and_restored(monkeypatch):
-    """The SLP launcher compiles with numba's SLP flag on and puts it back (an uncached twin
-    of the kernel, so the build really happens here); a later launch does not rebuild."""
+    """The launch of a kernel marked ``slp`` compiles it with numba's SLP flag on and puts it
+    back (an uncached twin of the kernel, so the build really happens here); a later launch
+    does not rebuild."""
     import numba
 
     monkeypatch.setenv("NUMBA_NOO_TEST_CHANGED", "1")  # numba re-reads its config at builds
@@ -887,8 +886,9 @@ def test_slp_flag_is_set_for_the_build_and_restored(monkeypatch):
     monkeypatch.setattr(twin, "compile", spy)
     before = numba_config.SLP_VECTORIZE
     args, out = _direct_args(I32)
-    slp.launch_slp(twin, I32, *args)
-    slp.launch_slp(twin, I32, *args)
+    twin.slp = True  # as ``kernel(slp=True)`` marks it
+    parallel.launch(twin, *args)
+    parallel.launch(twin, *args)
     assert flags == [1]
     assert numba_config.SLP_VECTORIZE == before
     assert len(twin.signatures) == 1
@@ -921,7 +921,8 @@ def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
     bbuf, b_off, b_rs, b_cs = own.operand(b, (), 1)
     args = (abuf, a_off, a_rs, a_cs, bbuf, b_off, b_rs, b_cs, 0, out, 8, 16, 8, 1,
             own.acc_proto(dtype))  # fmt: skip
-    slp.launch_slp(twin, np.dtype(dtype), *args)
+    twin.slp = True  # as ``kernel(slp=True)`` marks it
+    parallel.launch(twin, *args)
     asm = twin.inspect_asm(twin.signatures[0])
     assert len(re.findall(needle, asm)) >= 8
     np.testing.assert_array_equal(out[0], np.full((8, 16), 8, dtype))

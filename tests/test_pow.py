@@ -333,10 +333,10 @@ def streaming(monkeypatch):
     """``streaming(True)``: every result counts as larger than the caches, so the classes
     bound by memory write their whole cache lines with non-temporal stores and the partial ones
     plainly; ``streaming(False)``: none does."""
-    from numba_onnx_ops.ops.pow import api as power
+    from numba_onnx_ops.runtime import cpu
 
     def switch(on: bool) -> None:
-        monkeypatch.setattr(power, "last_level_cache_bytes", lambda: 0 if on else 1 << 62)
+        monkeypatch.setattr(cpu, "last_level_cache_bytes", lambda: 0 if on else 1 << 62)
 
     return switch
 
@@ -782,10 +782,10 @@ _COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63,
 def test_common_calls_equal_the_general_path(dtype, monkeypatch):
     """Contiguous bases with a Python exponent, or with a same-shape exponent array, skip the
     general path's steps; the results are the general path's bit for bit."""
-    from numba_onnx_ops.ops.pow import api as power
+    from numba_onnx_ops.ops.pow import plan
 
-    monkeypatch.setattr(power, "_SCALAR_CALLS", {})
-    monkeypatch.setattr(power, "_ARRAY_PAIRS", {})
+    monkeypatch.setattr(plan, "_SCALAR_CALLS", {})
+    monkeypatch.setattr(plan, "_ARRAY_PAIRS", {})
     rng = np.random.default_rng(7)
     for x in _common_call_bases(dtype, rng):
         for y in _COMMON_EXPONENTS:
@@ -801,13 +801,13 @@ def test_common_calls_equal_the_general_path(dtype, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
 def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
-    from numba_onnx_ops.ops.pow import api as power
+    from numba_onnx_ops.ops.pow import decisions, plan
 
     checked = []
-    real_check = power._check
-    monkeypatch.setattr(power, "_check", lambda *a: checked.append(a[1]) or real_check(*a))
-    monkeypatch.setattr(power, "_SCALAR_CALLS", {})
-    monkeypatch.setattr(power, "_ARRAY_PAIRS", {})
+    real_check = decisions.check
+    monkeypatch.setattr(decisions, "check", lambda *a: checked.append(a[1]) or real_check(*a))
+    monkeypatch.setattr(plan, "_SCALAR_CALLS", {})
+    monkeypatch.setattr(plan, "_ARRAY_PAIRS", {})
     x = np.linspace(0.5, 2, 3000, dtype=dtype).reshape(3, 1000)
     for _ in range(3):
         for y in _COMMON_EXPONENTS:
@@ -836,11 +836,11 @@ def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
     ids=str,
 )
 def test_other_calls_take_the_general_path(x, y, monkeypatch):
-    from numba_onnx_ops.ops.pow import api as power
+    from numba_onnx_ops.ops.pow import decisions
 
     checked = []
-    real_check = power._check
-    monkeypatch.setattr(power, "_check", lambda *a: checked.append(a[1]) or real_check(*a))
+    real_check = decisions.check
+    monkeypatch.setattr(decisions, "check", lambda *a: checked.append(a[1]) or real_check(*a))
     noo.pow(x, y)  # (the class of a new scalar exponent is looked up once, by the checks)
     checked.clear()
     got = noo.pow(x, y)

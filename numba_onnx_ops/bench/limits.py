@@ -24,8 +24,8 @@ from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
 
-from ..ops.matmul.microkernel import vector_fma
 from ..runtime.cpu import vector_bits
+from ..runtime.vectors import vector_fma
 
 _CHAINS = 12  # accumulators: FMA latency (4 cycles) x 2 pipes, with room to spare
 _COPY_ELEMENTS = 10_000_000

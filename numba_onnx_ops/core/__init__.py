@@ -1,0 +1,1 @@
+"""Rules both operators share: type constraints by version, dtypes, broadcasting, checks."""

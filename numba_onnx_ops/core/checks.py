@@ -1,4 +1,5 @@
-"""Checks shared by both operators' front layers."""
+"""What both operators check the same way: a dtype against the version's table, ``out=``
+and the result buffer the kernels fill, and whether an operand is a dask array."""
 
 from __future__ import annotations
 

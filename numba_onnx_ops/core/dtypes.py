@@ -7,6 +7,8 @@ import sys
 
 import numpy as np
 
+from ..runtime.half import BF16, F16, NATIVE
+
 FLOAT16 = np.dtype(np.float16)
 
 
@@ -31,15 +33,6 @@ def bfloat16() -> np.dtype:
     import ml_dtypes
 
     return np.dtype(ml_dtypes.bfloat16)
-
-
-# How a kernel sees an array's elements. Half types travel as their uint16 bits (numba has no
-# float16 arithmetic on the CPU); the kernels convert them in registers.  NATIVE means "the
-# numba type of the array is the value type".  These codes are runtime arguments, so half types
-# share the uint16 specialization instead of multiplying compilations.
-NATIVE = 0
-F16 = 1
-BF16 = 2
 
 
 def kernel_view(a: np.ndarray) -> tuple[np.ndarray, int]:

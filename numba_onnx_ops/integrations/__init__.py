@@ -1,0 +1,1 @@
+"""Built on the operators: dask arrays, the zarr stream, the ONNX backend and evaluator ops."""

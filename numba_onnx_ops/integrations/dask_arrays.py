@@ -25,10 +25,8 @@ from dask.base import tokenize
 
 from ..core.dtypes import is_half
 from ..core.versions import resolve_version
-from ..ops.matmul.api import _check as _matmul_check
-from ..ops.matmul.api import matmul as _matmul
-from ..ops.pow.api import _check as _pow_check
-from ..ops.pow.api import pow as _pow
+from ..ops.matmul import decisions as matmul_decisions
+from ..ops.pow import decisions as pow_decisions
 
 # --- thread policy -----------------------------------------------------------------------
 
@@ -123,19 +121,21 @@ def _blocks(arrays_and_indices, out_ind):
 # --- Pow ----------------------------------------------------------------------------------
 
 
-def _pow_block(x, y, opset):
-    return _pow(x, y, opset=opset)
+def _pow_block(compute, x, y, opset):
+    return compute(x, y, opset=opset)
 
 
-def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
-    """``numba_onnx_ops.pow`` when an operand is a dask array: a lazy dask array.
+def pow(compute, X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
+    """``numba_onnx_ops.pow`` when an operand is a dask array: a lazy dask array whose blocks
+    are calls of ``compute`` (the in-memory ``pow``, handed down by the entry point, which this
+    layer does not import).
 
     The result has ``X``'s chunks where ``X`` spans the result, unified with ``Y``'s (each
     dimension split at the boundaries of both; no other rechunk).  A one-element exponent goes
     to every block as a value.  Pow-1's legacy broadcast is applied to ``Y``'s shape first, then
     blocks broadcast numpy-style, which gives the same elements.
     """
-    label, x, y, shape = _pow_check(_standin(X), _standin(Y), opset, broadcast, axis)
+    label, x, y, shape = pow_decisions.check(_standin(X), _standin(Y), opset, broadcast, axis)
     _no_out(label, out)
     # Blocks run the version's kernels; Pow-1's reshaped Y broadcasts numpy-style, which is
     # Pow-7's rule, with Pow-1's type constraint.
@@ -150,7 +150,7 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
         value = np.ascontiguousarray(y).reshape(())
         out_ind = tuple(range(nd))
         return da.blockwise(
-            partial(_run_in_task, _pow_block, xd.npartitions),
+            partial(_run_in_task, _pow_block, xd.npartitions, compute),
             out_ind,
             xd,
             out_ind,
@@ -172,7 +172,7 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
     out_ind = tuple(range(nd))
     _, (xd, yd), ntasks = _blocks((xd, x_ind, yd, y_ind), out_ind)
     return da.blockwise(
-        partial(_run_in_task, _pow_block, ntasks),
+        partial(_run_in_task, _pow_block, ntasks, compute),
         out_ind,
         xd,
         x_ind,
@@ -190,11 +190,11 @@ def pow(X, Y, *, opset=None, broadcast=None, axis=None, out=None):  # noqa: A001
 # --- MatMul -------------------------------------------------------------------------------
 
 
-def _matmul_block(a, b, opset):
-    return _matmul(a, b, opset=opset)
+def _matmul_block(compute, a, b, opset):
+    return compute(a, b, opset=opset)
 
 
-def _matmul_partial(a, b, opset):
+def _matmul_partial(compute, a, b, opset):
     """One contraction block's partial product, with a unit axis where the blocks are summed.
 
     Half types are widened to float32 (exactly) and multiplied there, so partials keep float32
@@ -203,11 +203,12 @@ def _matmul_partial(a, b, opset):
     if is_half(a.dtype):
         a = a.astype(np.float32)
         b = b.astype(np.float32)
-    return _matmul(a, b, opset=opset)[..., None, :, :]
+    return compute(a, b, opset=opset)[..., None, :, :]
 
 
-def matmul(A, B, *, opset=None, out=None):
-    """``numba_onnx_ops.matmul`` when an operand is a dask array: a lazy dask array.
+def matmul(compute, A, B, *, opset=None, out=None):
+    """``numba_onnx_ops.matmul`` when an operand is a dask array: a lazy dask array whose
+    blocks are calls of ``compute`` (the in-memory ``matmul``, handed down by the entry point).
 
     Output blocks pair ``A``'s row chunks with ``B``'s column chunks; batch dimensions
     broadcast numpy-style with their chunks unified.  The contraction axis is rechunked to
@@ -219,7 +220,9 @@ def matmul(A, B, *, opset=None, out=None):
     exact), float32/float64 in their own dtype, float16/bfloat16 as float32 partials rounded
     once at the end.
     """
-    label, a, b, a2, b2, batch, (m, k, n), shape = _matmul_check(_standin(A), _standin(B), opset)
+    label, a, b, a2, b2, batch, (m, k, n), shape = matmul_decisions.check(
+        _standin(A), _standin(B), opset
+    )
     _no_out(label, out)
     version = resolve_version("MatMul", opset)
     ad = _as_dask(A, a)
@@ -245,7 +248,7 @@ def matmul(A, B, *, opset=None, out=None):
         acc = np.dtype(np.float32) if is_half(dtype) else dtype
         extra = {"adjust_chunks": {nd: 1}}
     result = da.blockwise(
-        partial(_run_in_task, func, ntasks),
+        partial(_run_in_task, func, ntasks, compute),
         ind,
         ad,
         a_ind,

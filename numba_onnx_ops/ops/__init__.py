@@ -1,0 +1,1 @@
+"""One sub-package per operator: entry point, decisions, dispatch, kernels."""

@@ -1,0 +1,1 @@
+"""What every kernel stands on: jit and cache, threads, memory, CPU features, vector code."""

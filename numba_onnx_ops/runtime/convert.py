@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from numba import types
 
-from ..core.dtypes import NATIVE
-from .half import f32_to_half, f64_to_half, half_to_f32
+from .half import NATIVE, f32_to_half, f64_to_half, half_to_f32
 from .jit import helper_overload
 
 

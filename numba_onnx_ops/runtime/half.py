@@ -1,4 +1,5 @@
-"""Bit-level conversions for float16 and bfloat16 inside numba kernels.
+"""Bit-level conversions for float16 and bfloat16 inside numba kernels, and the codes that
+tell a kernel how to read an array's elements.
 
 Numba has no float16 arithmetic on the CPU, so half data travels as uint16 bits.  float16 goes
 through LLVM's ``half`` type: ``fpext``/``fptrunc`` lower to F16C's ``vcvtph2ps``/``vcvtps2ph``
@@ -11,8 +12,15 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..core.dtypes import BF16, F16
 from .jit import helper
+
+# How a kernel sees an array's elements. Half types travel as their uint16 bits (numba has no
+# float16 arithmetic on the CPU); the kernels convert them in registers.  NATIVE means "the
+# numba type of the array is the value type".  These codes are runtime arguments, so half types
+# share the uint16 specialization instead of multiplying compilations.
+NATIVE = 0
+F16 = 1
+BF16 = 2
 
 
 @intrinsic

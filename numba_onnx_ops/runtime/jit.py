@@ -1,9 +1,11 @@
-"""The decorators of the kernels, and of the helpers compiled into them."""
+"""The decorators of the kernels and of the helpers compiled into them, and the stamp that keeps
+numba's on-disk cache from serving a kernel compiled from older sources of any module it reads."""
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import sys
 from pathlib import Path
 
 import numba
@@ -11,52 +13,103 @@ from numba.extending import overload
 
 from .numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
 
-_PACKAGE = Path(__file__).resolve().parent.parent
+#: The modules kernels read while they compile, named within the package: those that define
+#: kernels and every package module they import, directly or through others (the helpers
+#: compiled into the kernels, the constants and CPU decisions read at compile time, the compiler
+#: pipeline).  A list rather than a walk of the modules' imports at run time: that walk parses
+#: all of them on every import of the package, which would then take about a seventh longer;
+#: tests/test_cache_stamp.py derives this set from the imports instead, and fails on a module
+#: missing here (its edits would be served stale) or listed needlessly (its edits would
+#: invalidate every cached kernel for nothing).
+KERNEL_SOURCES = (
+    "ops.matmul.kernels",
+    "ops.matmul.microkernel",
+    "ops.pow.ints",
+    "ops.pow.kernels",
+    "ops.pow.powmath",
+    "ops.pow.streaming",
+    "runtime.convert",
+    "runtime.cpu",
+    "runtime.half",
+    "runtime.jit",
+    "runtime.numba_private",
+    "runtime.schedule",
+    "runtime.stack",
+    "runtime.vectors",
+    "tuning",
+)
+
+# The folder of the top-level package, wherever in it this module sits.
+_ROOT = Path(sys.modules[__name__.partition(".")[0]].__file__).parent
 
 
-@functools.cache
-def sources_stamp() -> bytes:
-    """SHA-256 of every source file a kernel's machine code can depend on: the kernel modules
-    and the helpers they inline (``powmath``, ``half``, ``convert``, ...), and ``_dtypes``
-    (empty if they cannot be read as files, where numba cannot cache anyway)."""
+def stamp_sources(root: Path) -> bytes | None:
+    """SHA-256 of the sources of :data:`KERNEL_SOURCES` in the package folder ``root``, or
+    ``None`` where one cannot be read (a module shipped as bytecode only, or moved without this
+    list following it)."""
     digest = hashlib.sha256()
-    try:
-        for path in sorted(
-            p for d in ("core", "ops", "runtime") for p in _PACKAGE.joinpath(d).rglob("*.py")
-        ):
-            digest.update(path.name.encode())
-            digest.update(path.read_bytes())
-    except OSError:
-        return b""
+    for name in KERNEL_SOURCES:
+        path = root.joinpath(*name.split("."))
+        try:
+            try:
+                source = path.with_suffix(".py").read_bytes()
+            except FileNotFoundError:  # a package
+                source = path.joinpath("__init__.py").read_bytes()
+        except OSError:
+            return None
+        digest.update(f"{name} {len(source)}\n".encode())
+        digest.update(source)
     return digest.digest()
 
 
-def kernel(**options):
+@functools.cache
+def sources_stamp() -> bytes | None:
+    """:func:`stamp_sources` of this package, read once per process."""
+    return stamp_sources(_ROOT)
+
+
+def kernel(*, slp: bool = False, **options):
     """``numba.njit(cache=True, nogil=True, **options)``, or uncached where no cache can live.
+
+    ``slp=True``: the kernel needs LLVM's SLP vectorizer, which numba leaves off, to turn its
+    straight-line register blocks into vector code; ``parallel.launch`` compiles it with it
+    (``numba_private.compile_with_slp``) on its first launch for each dtype.  Every argument
+    type of such a kernel must follow from the dtype of its first argument, so one signature
+    per dtype is all that is compiled.
 
     numba picks the cache directory when the function is decorated, at import: next to the
     source if writable, else the user-wide cache (``NUMBA_CACHE_DIR`` overrides both).  When
     none is writable (read-only site-packages and no writable home), numba raises; the kernels
     then compile in memory on first use, as they would without a cache.
 
-    numba validates a cached kernel against the hash of the one file that defines it, so an
-    edit of an inlined helper in another module (``powmath.py`` say) would load stale machine
-    code; the index stamp here also covers every file in ``sources_stamp``.  Where numba keeps
-    that stamp elsewhere than the versions this was checked on, the kernels are not cached.
+    numba validates a cached kernel against the one file that defines it, so an edit of an
+    inlined helper in another module (``powmath.py`` say) would load stale machine code; the
+    index stamp here also covers every module in :data:`KERNEL_SOURCES`.  Where one of them
+    cannot be read, or numba keeps that stamp elsewhere than the versions this was checked on,
+    the kernels are not cached.
     """
 
     jit_options = {"nogil": True, **KERNEL_OPTIONS, **options}
 
     def decorate(func):
-        try:
-            dispatcher = numba.njit(cache=True, **jit_options)(func)
-        except RuntimeError:  # "cannot cache function ...: no locator available"
-            return numba.njit(**jit_options)(func)
-        if not stamp_cache_index(dispatcher, sources_stamp()):
-            return numba.njit(**jit_options)(func)
+        dispatcher = _cached_or_not(func, jit_options)
+        dispatcher.slp = slp
         return dispatcher
 
     return decorate
+
+
+def _cached_or_not(func, jit_options):
+    stamp = sources_stamp()
+    if stamp is not None:
+        try:
+            dispatcher = numba.njit(cache=True, **jit_options)(func)
+        except RuntimeError:  # "cannot cache function ...: no locator available"
+            pass
+        else:
+            if stamp_cache_index(dispatcher, stamp):
+                return dispatcher
+    return numba.njit(**jit_options)(func)
 
 
 def helper(**options):

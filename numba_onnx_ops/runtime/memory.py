@@ -21,7 +21,8 @@ import threading
 
 import numpy as np
 
-POOL_MIN_BYTES = 32 * 2**20  # glibc's DEFAULT_MMAP_THRESHOLD_MAX on 64-bit Linux
+from .. import tuning
+
 _MAX_BLOCKS = 8  # blocks tracked, live or free; older ones are left to their owners
 _SLACK = 1.25  # a free block serves a request this much smaller, not less
 _ALIGN = 64  # a cache line, and a full AVX-512 vector
@@ -52,7 +53,7 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized C-contiguous array, from the pool when it is large."""
     dtype = np.dtype(dtype)
     nbytes = math.prod(shape) * dtype.itemsize  # (np.prod costs 4 us)
-    if nbytes < POOL_MIN_BYTES:
+    if nbytes < tuning.POOL_MIN_BYTES:
         return np.empty(shape, dtype)
     with _lock:
         block = None

@@ -1,4 +1,5 @@
-"""Threading-layer policy: make every kernel launch safe from threads and forked children.
+"""Kernel launches, the one door to every kernel: the threading-layer policy that makes them
+safe from threads and forked children, and the SLP builds of the kernels that need them.
 
 numba's threading layers differ (numba docs, "Selecting a threading layer"):
 
@@ -25,9 +26,12 @@ from importlib import metadata
 
 import numba
 
+from .numba_private import compile_with_slp
+
 _lock = threading.Lock()
 _forked_after_start = False  # this process is a fork of one whose layer had started
 _serial_twins: dict = {}
+_slp_built: set = set()  # (kernel, dtype of its first argument) compiled with SLP
 
 
 def _libtbb_path() -> str | None:
@@ -76,7 +80,11 @@ def _serial(kernel):
 
 
 def launch(kernel, *args):
-    """Call a ``parallel=True`` kernel in the way the active threading layer allows."""
+    """Call a kernel (``jit.kernel``) in the way the active threading layer allows: the one
+    place every kernel call goes through.  A kernel marked ``slp`` is compiled first, with
+    LLVM's SLP vectorizer, for the dtype of its first argument."""
+    if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
+        _build_with_slp(kernel, args)
     layer = threading_layer()
     if layer is None:
         with _lock:  # the first launch picks the layer; two threads must not race it
@@ -89,6 +97,15 @@ def launch(kernel, *args):
         return (_serial(kernel) if _forked_after_start else kernel)(*args)
     with _lock:  # workqueue (or unknown): one parallel launch at a time
         return kernel(*args)
+
+
+def _build_with_slp(kernel, args) -> None:
+    # Under the lock: a second thread must not compile the same signature without SLP first.
+    with _lock:
+        key = (kernel, args[0].dtype)
+        if key not in _slp_built:
+            compile_with_slp(kernel, tuple(kernel.typeof_pyval(x) for x in args))
+            _slp_built.add(key)
 
 
 def _after_fork_in_child() -> None:

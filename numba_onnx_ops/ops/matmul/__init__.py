@@ -1,0 +1,1 @@
+"""MatMul: ``api`` (entry point) -> ``decisions`` -> ``dispatch`` -> the kernels."""

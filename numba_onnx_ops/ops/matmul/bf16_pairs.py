@@ -28,10 +28,11 @@ import functools
 import numba
 import numpy as np
 
+from ... import tuning
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
+from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
-from ...runtime.parallel import launch
 from . import kernels as _k
 from .half_panels import run_half_blas
 from .microkernel import tile_shape
@@ -41,16 +42,6 @@ _U32 = np.dtype(np.uint32)
 EXPONENT_SUM_MIN = 254 - 110
 _MR = 8  # rows of the micro-kernel's register block
 _TASKS_PER_THREAD = 4  # work items of a launch per thread, at the least, where rows allow
-
-
-# Products of at least this many multiply-adds per matrix, and at least two vectors of
-# columns, take the pairs.  Measured on Zen 4 (2 threads, medians, against the paths they
-# replace): 256^3 0.25 vs 0.28 ms and 512^3 1.45 vs 1.50 back to back, 1024^3 6-7 vs 14-15
-# with pauses between calls; but 128^3 72 vs 63 us (three launches and the packing per
-# matrix), (8,128,128)^2 243 vs 91 us, and 16 columns (one vector a row block: loads, not dot
-# products, bound it) 726 vs 449 us.
-PAIRS_MIN_MNK = 192**3
-PAIRS_MIN_N = 32
 
 
 def pairs_supported() -> bool:
@@ -74,7 +65,7 @@ def pairs_fast() -> bool:
 def pairs_win(m: int, n: int, k: int) -> bool:
     """Whether a bfloat16 product runs on the pair dot products: a CPU where they are fast (as
     numba compiles for it) and enough work per matrix."""
-    return n >= PAIRS_MIN_N and m * n * k >= PAIRS_MIN_MNK and pairs_fast()
+    return n >= tuning.PAIRS_MIN_N and m * n * k >= tuning.PAIRS_MIN_MNK and pairs_fast()
 
 
 def inputs_safe(emin: np.ndarray, m: int) -> bool:
@@ -100,7 +91,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
     emin = np.empty(m + kp, _U32)
     if n >= 32:
         tile, nr = tile_shape(_MR, 2, 16), 32
-    else:  # (where a caller lowers PAIRS_MIN_N)
+    else:  # (where a caller lowers tuning.PAIRS_MIN_N)
         tile, nr = tile_shape(_MR, 1, 16), 16
     out = kernel_view(target)[0].reshape(-1)
     flat_a, flat_b = ap.reshape(-1), bp.reshape(-1)
@@ -110,7 +101,9 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
     for bi, index in enumerate(np.ndindex(*batch)):
         abuf, aorg, (ars, acs) = flat_buffer(kernel_view(a3[index])[0])
         bbuf, borg, (brs, bcs) = flat_buffer(kernel_view(b3[index])[0])
-        launch(_k.pack_bf16_pairs, abuf, aorg, ars, acs, ap, bbuf, borg, brs, bcs, bp, k, emin)
+        parallel.launch(
+            _k.pack_bf16_pairs, abuf, aorg, ars, acs, ap, bbuf, borg, brs, bcs, bp, k, emin
+        )
         if not inputs_safe(emin, m):
             run_half_blas(a3[index], b3[index], (), m, n, k, target[index])
             continue
@@ -123,7 +116,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
             a_off = (r0 + rb * np.arange(count, dtype=np.int64)) * kp
             b_off = np.zeros(count, np.int64)
             chunks = min(count * -(-n // nr), 2 * _TASKS_PER_THREAD * numba.get_num_threads())
-            launch(_k.matmul_vector, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp,
+            parallel.launch(_k.matmul_vector, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp,
                    chunks, tile)  # fmt: skip
 
 

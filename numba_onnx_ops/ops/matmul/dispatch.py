@@ -1,80 +1,132 @@
-"""Where numpy's BLAS beats the own MatMul kernels: the crossovers, by shape and dtype.
+"""How MatMul picks the code that runs a product: the one place that decides.
 
-numpy.matmul hands a float32/float64 product to OpenBLAS when the layout allows it.  OpenBLAS
-has no launch cost (a parallel launch of the own kernels and their front cost about 15 us) and
-packs its operands, so single products stay with it.  But numpy calls it once per matrix of a
-batch, and for small matrices OpenBLAS runs each call on one thread: batches go to the own
-vector micro-kernel, which splits the batch over the threads at about OpenBLAS's speed per
-core, once there is enough work to pay for the launch.  The crossovers were measured the way the
-peer comparison times (interleaved, settled samples); the figures are kept with the benchmarks
-that measure them (``benchmarks/matmul.py``).
+For validated operands (``decisions.check``), ``run``:
+
+- float32/float64 products whose layout numpy's BLAS takes (``blas.blasable``), except long
+  batches of small matrices: ``numpy.matmul`` (OpenBLAS).  OpenBLAS has no launch cost and
+  packs its operands, so single products stay with it; numpy calls it once per matrix of a
+  batch, on one thread for small ones, so such batches go to the own vector micro-kernel.
+- large bfloat16 products on CPUs whose AVX512_BF16 pair dot products outrun float32 FMAs
+  (``bf16_pairs``), unless an operand could make the instruction flush a subnormal.
+- other large float16/bfloat16 products: numpy's sgemm on bounded float32 panels
+  (``half_panels``).
+- everything else (integers, smaller half products, long batches of small float matrices,
+  layouts BLAS cannot take): the own kernels (``own`` picks one by shape).
+
+The sizes where one path overtakes another are in ``tuning``.  ``common_call`` serves the
+common calls (plain 2-D, matrix-vector, one batch axis of the same length on both, no ``out``
+or ``opset``) with the same decisions in a few attribute reads.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .own import vector_bits, vector_tile
+from ... import tuning
+from ...core.dtypes import is_bfloat16
+from ...core.versions import MATMUL_ALLOWED, resolve_version
+from ...runtime import memory
+from . import bf16_pairs, blas, half_panels, own
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
+_NEWEST_TYPES = MATMUL_ALLOWED[resolve_version("MatMul")]
 
-# Without the vector micro-kernel (no AVX2+FMA, or B's columns not unit-stride), the own
-# kernels take a float batch of at least this many matrices of at most this many multiply-adds
-# each; float64's vectors hold half as many lanes, so it crosses over later.
-OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
-OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 
-# The vector micro-kernel takes batches of at least this many multiply-adds in all (its launch
-# and front, about 15 us, are paid back) of matrices of at most VECTOR_MAX_MNK multiply-adds
-# (past which OpenBLAS, packing and running each product on every thread, is as fast or
-# faster).  By register width, since OpenBLAS's kernels differ more than ours between the two:
-# its AVX2 (Haswell) kernels lose more per call on small matrices, so the own launch pays back
-# sooner there, and gain on large ones.  On AVX-512 (Zen 4, 2 vCPUs), samples as the peer
-# comparison takes them (a 50 ms pause, then 5 ms of calls; medians of 11, numpy's time / the
-# own kernel's): 16 x 64^3 1.20, 128 x 64^3 1.62, 64 x 128x64x128 1.50, 4 x 128^3 0.93,
-# 16 x 128^3 1.29, 2 x 256^3 1.09, 4 x 256^3 1.63, 8 x 256^3 1.41, 16 x 256^3 0.98,
-# 8 x 8 broadcast 256^3 1.11, 2 x 384^3 0.93, 4 x 384^3 1.19; single runs vary by 30%.  (Before
-# the caller yielded to a pool thread queued behind it, the second core joined the own kernel
-# only milliseconds after a pause, and OpenBLAS kept everything past 64^3.)
-VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 256**3, 256: 128**3}
+def common_call(A: np.ndarray, B: np.ndarray):
+    """``A @ B`` for plain ndarrays of one dtype in the common layouts, every check of the
+    general path made in a few attribute reads; ``None`` when the call is not of that kind
+    (the general path then decides, and raises what it raises)."""
+    dt = A.dtype
+    # ``is``: numpy's builtin dtypes are singletons, and a dtype that is not one (say, with
+    # metadata) just takes the general path; ``==`` on dtypes costs more than the test.  The
+    # dtype test also rules out non-native byte order.
+    if (dt is _F32 or dt is _F64) and B.dtype is dt and A.ndim + B.ndim <= 6:
+        if A.ndim == 3 and B.ndim == 3:
+            # One batch axis on both, of the same length, K > 0.
+            nb, m, k = A.shape
+            if nb == B.shape[0] and k == B.shape[1] and k:
+                n = B.shape[2]
+                target = memory.empty((nb, m, n), dt)
+                if target.size:
+                    if blas_wins(dt, nb, m, n, k, A, B):
+                        blas.matmul(A, B, out=target)
+                    else:
+                        own.run(A, B, (nb,), m, n, k, target)
+                return target
+        elif A.ndim == 2 and B.ndim == 2:
+            if (
+                A.shape[1] == B.shape[0]
+                and (A.flags.c_contiguous or blas.blasable(A))  # (the flag is the cheaper test)
+                and (B.flags.c_contiguous or blas.blasable(B))
+            ):
+                return blas.matmul(A, B)
+        elif A.ndim + B.ndim == 3 and A.shape[-1] == B.shape[0]:
+            mat, vec = (A, B) if A.ndim == 2 else (B, A)
+            if vec.strides[0] == vec.itemsize and blas.blasable(mat):
+                return blas.matmul(A, B)  # matrix-vector or vector-matrix: gemv
+    elif B.dtype == dt and A.ndim == B.ndim and (A.ndim == 2 or A.ndim == 3):
+        # The other dtypes, 2-D or one batch axis of the same length on both, no size 0.
+        m, k = A.shape[-2:]
+        n = B.shape[-1]
+        batch = A.shape[:-2]
+        if (
+            k == B.shape[-2]
+            and m * n * k
+            and batch == B.shape[:-2]
+            and (not batch or batch[0])
+            and dt.isnative
+            and dt in _NEWEST_TYPES
+            and dt != _F32  # (float dtypes that are not numpy's own objects: BLAS
+            and dt != _F64  # may take them, so the general path)
+        ):
+            target = memory.empty(batch + (m, n), dt)
+            _run_unblased(A, B, batch, m, n, k, target)
+            return target
+    return None
 
-# float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
-# float32 panels; below it the panel steps per matrix cost more than they save.
-HALF_BLAS_MIN = 192**3
+
+def run(a, b, a2, b2, batch, m, n, k, target) -> None:
+    """``target[...] = a @ b`` for the verdict of ``decisions.check`` (the operands ``a``,
+    ``b``, their 2-D promotions ``a2``, ``b2``, the batch shape and the matrix sizes) into a
+    C-contiguous ``target`` with at least one element."""
+    if k == 0:
+        target[...] = 0
+    elif a.dtype in (_F32, _F64) and blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
+        blas.matmul(a, b, out=target)
+    else:
+        _run_unblased(a2, b2, batch, m, n, k, target)
+
+
+def _run_unblased(a2, b2, batch, m, n, k, target) -> None:
+    """``target[...] = a2 @ b2`` for 2-D-promoted operands that numpy's BLAS does not take as
+    they are: half types on pairs or panels where large, else the own kernels."""
+    dt = a2.dtype
+    if is_bfloat16(dt) and bf16_pairs.pairs_win(m, n, k):
+        bf16_pairs.run_bf16_pairs(a2, b2, batch, m, n, k, target)
+    elif dt.itemsize == 2 and half_blas_wins(m, n, k):
+        half_panels.run_half_blas(a2, b2, batch, m, n, k, target)
+    else:
+        own.run(a2, b2, batch, m, n, k, target)
 
 
 def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:
     """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product of
     2-D-promoted operands (``nbatch`` matrices; 1 without batch dimensions)."""
-    if not (blasable(a2) and blasable(b2)):
+    if not (blas.blasable(a2) and blas.blasable(b2)):
         return False
     mnk = m * n * k
-    if nbatch >= OWN_MIN_BATCH[dtype] and mnk <= OWN_MAX_MNK[dtype]:
+    if nbatch >= tuning.OWN_MIN_BATCH[dtype] and mnk <= tuning.OWN_MAX_MNK[dtype]:
         return False
-    if nbatch > 1 and b2.strides[-1] == b2.itemsize and vector_tile(dtype, n)[0] is not None:
-        bits = vector_bits()
-        return nbatch * mnk < VECTOR_MIN_WORK[bits] or mnk > VECTOR_MAX_MNK[bits]
+    if nbatch > 1 and b2.strides[-1] == b2.itemsize and own.vector_tile(dtype, n)[0] is not None:
+        bits = own.vector_bits()
+        return nbatch * mnk < tuning.VECTOR_MIN_WORK[bits] or mnk > tuning.VECTOR_MAX_MNK[bits]
     return True
-
-
-def blasable(x: np.ndarray) -> bool:
-    """Whether numpy.matmul hands these matrices to BLAS rather than to its plain loop: one
-    axis of unit stride, the other a whole number of elements at least as long as the first
-    axis (numpy's ``is_blasable2d``, either way round); a vector needs a positive stride."""
-    item = x.itemsize
-    r, c = x.shape[-2:]
-    s0, s1 = x.strides[-2:]
-    if r == 1 or c == 1:
-        s = s1 if r == 1 else s0
-        return c == r == 1 or (s > 0 and s % item == 0)
-    if s1 == item:
-        return s0 % item == 0 and s0 >= c * item
-    return s0 == item and s1 % item == 0 and s1 >= r * item
 
 
 def half_blas_wins(m: int, n: int, k: int) -> bool:
     """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels.
     Vectors stay on the own kernels, which widen halves in registers."""
-    return m > 1 and n > 1 and m * n * k >= HALF_BLAS_MIN
+    return m > 1 and n > 1 and m * n * k >= tuning.HALF_BLAS_MIN

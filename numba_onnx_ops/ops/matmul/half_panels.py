@@ -12,11 +12,11 @@ import numpy as np
 
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
-from ...runtime.parallel import launch
+from ...runtime import parallel
+from . import blas
 from . import kernels as _k
 
 _F32 = np.dtype(np.float32)
-_np_matmul = np.matmul  # (a module global, so tests can watch it)
 
 # float32 panels: at most this many elements each (4 MiB), so the extra memory is bounded
 # whatever the operands' size; a 1024x1024 operand fits in one panel.
@@ -58,17 +58,17 @@ def run_half_blas(a2, b2, batch, m, n, k, target) -> None:
                     new_a = af if j0 == 0 or mb < m or kc < k else af[:0]
                     ao = aorg + i0 * ars + k0 * acs
                     bo = borg + k0 * brs + j0 * bcs
-                    launch(
+                    parallel.launch(
                         _k.widen_panels,
                         abuf, ao, ars, acs, new_a, bbuf, bo, brs, bcs, new_b, kind,
                     )  # fmt: skip
                     with np.errstate(all="ignore"):  # IEEE results, as the own kernels
                         if k0 == 0:
-                            _np_matmul(af, bf, out=cf)
+                            blas.matmul(af, bf, out=cf)
                         else:
-                            _np_matmul(af, bf, out=part)
+                            blas.matmul(af, bf, out=part)
                             cf += part
-                launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
+                parallel.launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
 
 
 def _panels(scratch: np.ndarray, tile: tuple[int, int, int], mi: int, kk: int, nj: int):

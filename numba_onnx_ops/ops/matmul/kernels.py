@@ -34,7 +34,9 @@ from ...runtime.convert import narrow, widen
 from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array
-from .microkernel import call_whole, prefetch_rows_for_write, tile_cols, tile_rows, vector_tile
+from ...runtime.vectors import prefetch_rows_for_write
+from ...tuning import PREFETCH_MIN_K
+from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -242,7 +244,7 @@ def _lanes_ov(proto, vectors):
     return lambda proto, vectors: n
 
 
-@kernel(parallel=True, fastmath={"contract"})
+@kernel(parallel=True, slp=True, fastmath={"contract"})
 def matmul_direct(
     a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs, kind, out, M, N, K, chunks, acc_proto
 ):
@@ -293,7 +295,7 @@ def matmul_direct(
                             c[i0 + r, j0 + j] = narrow(acc[r, j], kind, c)
 
 
-@kernel(parallel=True, fastmath={"contract"})
+@kernel(parallel=True, slp=True, fastmath={"contract"})
 def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_proto):
     """out[b] = A[b] @ B[b] for batches of tiny matrices (N of one to two vectors).
 
@@ -355,9 +357,6 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
         vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, tile_rows(tile), tile)
     else:
         vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
-
-
-PREFETCH_MIN_K = 64
 
 
 @kernel(parallel=True)

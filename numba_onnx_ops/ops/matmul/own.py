@@ -9,21 +9,18 @@ import numba
 import numpy as np
 from llvmlite import ir
 
+from ... import tuning
 from ...core.broadcast import batch_offsets, flat_buffer
 from ...core.dtypes import NATIVE, kernel_view
+from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
 from ...runtime.numba_private import native_function
-from ...runtime.parallel import launch
-from ...runtime.slp import launch_slp
 from . import kernels as _k
 from .microkernel import define_whole, tile_shape
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
-# matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
-# float32) the packed kernel, which blocks K, takes over.
-DIRECT_KMAX = 4096
 _NTHREADS = numba.config.NUMBA_NUM_THREADS  # the pool size; reading it starts no threads
 
 
@@ -41,34 +38,34 @@ def run(a, b, batch, m, n, k, target) -> None:
     A = (abuf, a_off, a_rs, a_cs)
     if n == 1:  # matrix-vector: one dot product per row
         x = (bbuf, b_off, b_rs)
-        launch(_k.matmul_rows_dot, *A, *x, kind, tview.reshape(nbatch, m), m, k, 256, acc)
+        parallel.launch(_k.matmul_rows_dot, *A, *x, kind, tview.reshape(nbatch, m), m, k, 256, acc)
         return
     B = (bbuf, b_off, b_rs, b_cs)
     if m == 1:  # vector-matrix: rows of B scaled and added, 1024 columns per task
         x = (abuf, a_off, a_cs)
-        launch(_k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc)
+        parallel.launch(
+            _k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc
+        )
         return
     out3 = tview.reshape(nbatch, m, n)
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
-        launch(_k.matmul_whole, abuf, a_off, a_rs, bbuf, b_off, b_rs, out3, chunks, whole)
+        parallel.launch(_k.matmul_whole, abuf, a_off, a_rs, bbuf, b_off, b_rs, out3, chunks, whole)
         return
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
         chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
-        launch(_k.matmul_vector, *A, bbuf, b_off, b_rs, out3, m, n, k, chunks, tile)
-    elif b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= 64:
-        launch_slp(_k.matmul_small, a.dtype, *A, bbuf, b_off, b_rs, kind, out3, m, n, k, acc)
-    elif k <= DIRECT_KMAX and (kind == NATIVE or m * n * k <= 1 << 18):
-        # Half types widen A at every use here, so large ones go to the packed kernel,
-        # which widens each element once (measured 38 vs 65 GFLOP/s per core at 1024).
+        parallel.launch(_k.matmul_vector, *A, bbuf, b_off, b_rs, out3, m, n, k, chunks, tile)
+    elif b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
+        parallel.launch(_k.matmul_small, *A, bbuf, b_off, b_rs, kind, out3, m, n, k, acc)
+    elif k <= tuning.DIRECT_KMAX and (kind == NATIVE or m * n * k <= tuning.DIRECT_HALF_MAX_MNK):
         items = nbatch * -(-n // (2 * lanes))
         chunks = min(items, 4 * _NTHREADS)
-        launch_slp(_k.matmul_direct, a.dtype, *A, *B, kind, out3, m, n, k, chunks, acc)
+        parallel.launch(_k.matmul_direct, *A, *B, kind, out3, m, n, k, chunks, acc)
     else:
         blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
-        launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
+        parallel.launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
 
 
 def vector_int64() -> bool:
@@ -135,19 +132,9 @@ def vector_tile(dtype: np.dtype, n: int) -> tuple[tuple | None, int]:
 
 
 # Tiny float32/float64 matrices are multiplied whole, in straight-line code compiled for their
-# shape (``define_whole``): M and K up to these, N one or two vectors, the sums in registers.
-# Only the small ones where the blocked micro-kernel's per-block setup outweighs K steps take
-# it.  Zen 4, 4096 or 2048 products, whole / blocked (the whole kernel with A's column stride a
-# variable, before it became the constant 1): float32 4x8x8 57 / 122 us, 16x8x8 173 / 238,
-# float64 4x4x4 43 / 89, 8x8x8 102 / 126 on one core; but with K = 16 the blocks were as fast
-# or faster: float32 16x16x16 231 / 206, 8x16x16 135 / 106, float64 16x16x16 358 / 357.
-# With AVX2 (16 registers) the whole code takes up to 32 terms, its rows in groups whose sums
-# fit the registers (6 rows of two vectors): Zen 3, 2 threads, one process, medians of 31 in
-# shuffled order, whole / blocked (us): float32 2048 x 16x16x16 215 / 256, 4096 x 8x8x8 131 /
-# 175, 4096 x 8x16x8 159 / 199, 1024 x 16x32x16 280 / 322, 1024 x 8x32x16 148 / 184;
-# float64 2048 x 16x16x8 476 / 508, 1024 x 16x32x8 298 / 338; K = 64: 223 / 221.
-WHOLE_MAX_M = 16
-WHOLE_MAX_K = {512: 8, 256: 32}
+# shape (``define_whole``): M and K up to ``tuning.WHOLE_MAX_M`` and ``WHOLE_MAX_K``, N one or two
+# vectors, the sums in registers: where the blocked micro-kernel's per-block setup outweighs
+# the K steps.
 
 _whole_code: dict[tuple, tuple] = {}  # _whole_address's key -> (address, library)
 _serial = itertools.count()
@@ -160,7 +147,12 @@ def whole_function(dtype: np.dtype, m: int, n: int, k: int) -> int | None:
     M and K small, N one or two vectors of the CPU's width or half of it.  Compiled on first use
     (tens of milliseconds) and kept for the process."""
     bits = vector_bits()
-    if not bits or dtype not in (_F32, _F64) or m > WHOLE_MAX_M or k > WHOLE_MAX_K[bits]:
+    if (
+        not bits
+        or dtype not in (_F32, _F64)
+        or m > tuning.WHOLE_MAX_M
+        or k > tuning.WHOLE_MAX_K[bits]
+    ):
         return None
     registers = 32 if bits == 512 else 16
     widest = bits // (8 * dtype.itemsize)
@@ -259,5 +251,5 @@ def operand(x: np.ndarray, batch: tuple[int, ...], nbatch: int):
             offsets = offsets.copy()
     # Every call must present the kernels with the same argument types (writable int64
     # offsets, read-only buffers): a new type would compile a second specialization, and
-    # outside launch_slp, without SLP.
+    # for the kernels marked ``slp``, one without the SLP vectorizer.
     return buf, offsets.astype(np.int64, copy=False), strides[-2], strides[-1]

@@ -1,0 +1,1 @@
+"""Pow: ``api`` (entry point) -> ``decisions`` -> ``plan`` -> the kernels."""

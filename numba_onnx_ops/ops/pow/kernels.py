@@ -20,14 +20,13 @@ import math
 import numpy as np
 from numba import njit, prange, types
 
-from ...core.dtypes import NATIVE
 from ...runtime.convert import narrow, widen
 from ...runtime.cpu import amd_zen, vector_bits
-from ...runtime.half import f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
+from ...runtime.half import NATIVE, f32_as_u32, f64_as_u64, half_to_f32, load_u16x4
 from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, spread
 from ...runtime.stack import heap_array, stack_array
-from ..matmul.microkernel import prefetch_rows_for_read
+from ...runtime.vectors import LINE, line_misalignment, prefetch_rows_for_read
 from .ints import int_max, int_min
 from .powmath import (
     cube_wide,
@@ -53,11 +52,9 @@ from .powmath import (
 )
 from .streaming import (
     CUBE_LINE,
-    LINE,
     RECIP_LINE,
     SQRT_LINE,
     SQUARE_LINE,
-    line_misalignment,
     line_ops,
     power_line,
     store_fence,

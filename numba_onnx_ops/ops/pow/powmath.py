@@ -37,7 +37,7 @@ from numba.extending import intrinsic
 
 from ...runtime.half import f32_as_u32, f64_as_u64, u32_as_f32, u64_as_f64
 from ...runtime.jit import helper
-from ..matmul.microkernel import vector_fma, vector_splat
+from ...runtime.vectors import vector_fma, vector_splat
 
 _U64 = types.uint64
 _U32 = types.uint32

@@ -16,23 +16,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-LINE = 64  # bytes in a cache line, and in one full AVX-512 store
+from ...runtime.vectors import LINE
+
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
-
-
-@intrinsic
-def line_misalignment(typingctx, arr, index):
-    """The address of ``arr[index]`` modulo ``LINE``."""
-    if not (isinstance(arr, types.Array) and isinstance(index, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        at = builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)])
-        return builder.and_(builder.ptrtoint(at, i64), ir.Constant(i64, LINE - 1))
-
-    return types.int64(arr, index), codegen
 
 
 # What ``power_line`` computes: C99's ``pow(x, y)`` for y = 2, 3, 0.5 and -1, as one IEEE

@@ -1,0 +1,78 @@
+"""Every crossover: the sizes at which one way of computing overtakes another, per CPU where
+they differ.
+
+The dispatch code reads these at each call (``tuning.NAME``), so a test or an experiment can
+move one in one place.  The kernels read ``PREFETCH_MIN_K`` while they compile; the numba
+cache's sources stamp covers this module, so an edit recompiles them.  The measurements behind
+each value are kept with the benchmark that measures it (``benchmarks/``, ``docs/design.md``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+
+# --- MatMul: numpy's BLAS or the own kernels (benchmarks/matmul.py) ---------------------------
+# OpenBLAS has no launch cost and packs its operands, so single float products stay with it.
+# numpy calls it once per matrix of a batch, and runs small ones on one thread: long batches
+# of small matrices go to the own kernels.  Without the vector micro-kernel (no AVX2+FMA, or
+# B's columns not unit-stride) a float batch of at least OWN_MIN_BATCH matrices of at most
+# OWN_MAX_MNK multiply-adds each; float64's vectors hold half as many lanes, so it crosses
+# over later.
+OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
+OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
+
+# The vector micro-kernel takes batches of at least VECTOR_MIN_WORK multiply-adds in all (its
+# launch and front are paid back) of matrices of at most VECTOR_MAX_MNK multiply-adds (past
+# which OpenBLAS, packing and running each product on every thread, is as fast or faster).  By
+# register width: OpenBLAS's AVX2 kernels lose more per call on small matrices than its
+# AVX-512 ones, so the own launch pays back sooner there, and gain on large ones.
+VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
+VECTOR_MAX_MNK = {512: 256**3, 256: 128**3}
+
+# float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
+# float32 panels; below it the panel steps per matrix cost more than they save.
+HALF_BLAS_MIN = 192**3
+
+# bfloat16 products of at least PAIRS_MIN_MNK multiply-adds per matrix and PAIRS_MIN_N columns
+# (two vectors: with one, loads rather than dot products bound a row block) take AVX512_BF16's
+# pair dot products, on CPUs where those are fast; smaller ones pay the packing and three
+# launches per matrix.
+PAIRS_MIN_MNK = 192**3
+PAIRS_MIN_N = 32
+
+# --- MatMul: which own kernel (benchmarks/matmul.py, MatMulBatched) ----------------------------
+# matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
+# float32) the packed kernel, which blocks K, takes over.
+DIRECT_KMAX = 4096
+# Half types widen A at every use in matmul_direct, so past this many multiply-adds they go
+# to the packed kernel, which widens each element once.
+DIRECT_HALF_MAX_MNK = 1 << 18
+# matmul_small: B of one to two vectors of columns and M, K at most this (its SLP-vectorized
+# rows hold the whole strip in registers).
+SMALL_MAX_MK = 64
+# Straight-line code per shape (``matmul_whole``) for products of at most WHOLE_MAX_M rows and
+# WHOLE_MAX_K terms (by vector width: AVX2's 16 registers hold sums of up to 32 terms in row
+# groups, AVX-512 code gains only for the shortest K, where the blocked kernels' loop overhead
+# dominates).
+WHOLE_MAX_M = 16
+WHOLE_MAX_K = {512: 8, 256: 32}
+# The vector micro-kernel prefetches the next block's C rows once K is this long (shorter
+# blocks finish before the lines would arrive).
+PREFETCH_MIN_K = 64
+
+# --- Pow: half-type result tables (benchmarks/power.py, PowHalfTable) -------------------------
+# A half-type base with one exponent is a table of 65,536 results.  A cached table serves
+# calls from TABLE_USE_MIN elements on (below, launch costs dominate both ways).  A table is
+# built once a call, or the calls since the last build with that exponent, reach
+# TABLE_BUILD_MIN elements: building costs the direct kernel over 65,536 elements.
+TABLE_BUILD_MIN = 65536
+TABLE_USE_MIN = 1024
+
+# --- Memory: the result pool (runtime/memory.py) -----------------------------------------------
+# From glibc's largest mmap threshold on (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit Linux), every
+# allocation is a new mapping whose pages fault in and are zeroed on first write: results this
+# large come from the pool.
+POOL_MIN_BYTES = 32 * 2**20
