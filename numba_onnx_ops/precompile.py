@@ -28,7 +28,9 @@ _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 
 
-def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) -> dict[str, float]:
+def warmup(
+    dtypes: DTypeLike | Iterable[DTypeLike] | None = None, *, verbose: bool = False
+) -> dict[str, float]:
     """Compile the kernels for ``dtypes`` now instead of at their first use.
 
     Compiled code goes to numba's on-disk cache (next to the package, or under
@@ -36,10 +38,11 @@ def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) 
 
     Parameters
     ----------
-    dtypes : iterable of dtype-like, optional
-        Base dtypes to prepare (MatMul operands, Pow's ``X``); default: every dtype either
-        operator allows.  Pow is prepared for exponents of the same dtype and for Python
-        ``int``/``float`` exponents (int64/float64).
+    dtypes : dtype-like or iterable of dtype-like, optional
+        Base dtypes to prepare (MatMul operands, Pow's ``X``): one (``"float32"``,
+        ``np.float32``) or several; default: every dtype either operator allows.  Pow is
+        prepared for exponents of the same dtype and for Python ``int``/``float`` exponents
+        (int64/float64).
     verbose : bool
         Print each dtype's compile time as it finishes.
 
@@ -53,9 +56,10 @@ def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) 
     pow_types = pow_table[max(pow_table)][0]
     if dtypes is None:
         dtypes = sorted(matmul_types | pow_types, key=str)
+    dtypes = _dtype_list(dtypes)
     seconds = {}
     rng = np.random.default_rng(0)
-    for dtype in map(np.dtype, dtypes):
+    for dtype in dtypes:
         start = time.perf_counter()
         if dtype not in matmul_types | pow_types:
             raise TypeError(f"warmup: {dtype} is not a dtype of MatMul or Pow")
@@ -78,6 +82,22 @@ def warmup(dtypes: Iterable[DTypeLike] | None = None, *, verbose: bool = False) 
         if verbose:
             print(f"warmup {dtype}: {seconds[str(dtype)]:.2f} s", file=sys.stderr)
     return seconds
+
+
+def _dtype_list(dtypes) -> list[np.dtype]:
+    """One dtype-like or an iterable of them, as dtypes; ``TypeError`` for anything else."""
+    if isinstance(dtypes, (str, type, np.dtype)) or not isinstance(dtypes, Iterable):
+        dtypes = [dtypes]
+    result = []
+    for d in dtypes:
+        try:
+            result.append(np.dtype(d))
+        except TypeError:
+            raise TypeError(
+                f"warmup: dtypes must be a dtype (such as 'float32' or numpy.float32) or a "
+                f"list of them, got {d!r}"
+            ) from None
+    return result
 
 
 def compiled_specializations() -> dict[str, int]:

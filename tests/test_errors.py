@@ -325,3 +325,50 @@ def test_dtype_error_names_the_resolved_version(op, opset, dtype, operand, label
         else:
             noo.pow(good, bad, opset=opset)
     assert label in str(excinfo.value), str(excinfo.value)
+
+
+@pytest.mark.parametrize("opset", [12, 13, 15, None])
+@pytest.mark.parametrize("value", [2**63, 2**100, -(2**63) - 1], ids=["2^63", "2^100", "-2^63-1"])
+def test_python_int_outside_int64_is_an_overflow_error(value, opset):
+    # From Pow-12 on a Python int operand becomes int64: one outside it has no dtype to take.
+    version = noo.resolve_version("Pow", opset)
+    for x, y, name in ((np.ones(3, F32), value, "Y"), (value, np.ones(3, I64), "X")):
+        with pytest.raises(OverflowError, match=f"Pow-{version}: {name} = {value} .*int64"):
+            noo.pow(x, y, opset=opset)
+    # int64's own ends are exponents like any other
+    assert noo.pow(np.ones(3, F32), 2**63 - 1, opset=opset).tolist() == [1.0] * 3
+    assert noo.pow(np.ones(3, F32), -(2**63), opset=opset).tolist() == [1.0] * 3
+
+
+@pytest.mark.parametrize("opset", [1, 7])
+def test_python_int_takes_the_shared_dtype_at_pow1_and_pow7(opset):
+    x = np.full(3, 2.0, F32)
+    assert np.isinf(noo.pow(x, 2**100, opset=opset)).all()  # 2**100 as float32, then x ** it
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(None, "got None"), ([1, None, 2], "got list [1, None, 2]")]
+)
+def test_values_that_are_not_numbers_are_named(value, shown):
+    good = np.ones((2, 2), F32)
+    for call, name in (
+        (lambda: noo.matmul(value, good), "MatMul-13: A"),
+        (lambda: noo.matmul(good, value), "MatMul-13: B"),
+        (lambda: noo.pow(value, 2.0), "Pow-15: X"),
+        (lambda: noo.pow(good, value), "Pow-15: Y"),
+    ):
+        with pytest.raises(TypeError) as excinfo:
+            call()
+        message = str(excinfo.value)
+        assert message.startswith(f"{name} must be an array of numbers, {shown}"), message
+        assert "dtype object" not in message
+
+
+@pytest.mark.parametrize("broadcast", [0, 1])
+def test_pow1_attributes_at_later_versions_are_type_errors_even_zero(broadcast):
+    # The documented default is the attribute's absence (None), not 0: an ONNX node of a
+    # version without the attribute that carries one is invalid, whatever its value.
+    x = np.ones((2, 3), F32)
+    assert noo.pow(x, x, broadcast=None).shape == (2, 3)
+    with pytest.raises(TypeError, match="only in Pow-1"):
+        noo.pow(x, x, broadcast=broadcast)

@@ -774,7 +774,7 @@ def _common_call_bases(dtype, rng):
     return [special, many, np.array(2, dtype), np.array([3], dtype)]
 
 
-_COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63, 1e300, -1e-300,
+_COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63 - 1, 1e300, -1e-300,
                      math.inf, math.nan]  # fmt: skip
 
 

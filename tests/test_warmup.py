@@ -67,3 +67,15 @@ def test_compiled_specializations_counts_signatures():
     after = noo.compiled_specializations()
     assert after.get("numba_onnx_ops.ops.pow.kernels.pow_general", 0) >= 1
     assert all(after.get(k, 0) >= v for k, v in compiled.items())
+
+
+@pytest.mark.parametrize("one", ["int32", np.int32, np.dtype(np.int32)], ids=str)
+def test_warmup_takes_one_dtype_or_several(one):
+    assert set(noo.warmup(one)) == {"int32"}
+    assert set(noo.warmup([one])) == {"int32"}
+
+
+@pytest.mark.parametrize("bad", [object(), [np.int32, object()], 3.5])
+def test_warmup_says_what_it_expects(bad):
+    with pytest.raises(TypeError, match="warmup: dtypes must be a dtype .* or a list of them"):
+        noo.warmup(bad)

@@ -14,8 +14,8 @@ FLOAT16 = np.dtype(np.float16)
 
 def is_bfloat16(dtype: np.dtype) -> bool:
     """Whether ``dtype`` is ml_dtypes' bfloat16.  ml_dtypes is not imported for this (its
-    import takes up to a second): an array of bfloat16 exists only once something has imported
-    it, so until then no dtype is."""
+    import is slow: docs/design.md, "Import time"): an array of bfloat16 exists only once
+    something has imported it, so until then no dtype is."""
     if dtype.kind != "V" or dtype.itemsize != 2:
         return False
     ml_dtypes = sys.modules.get("ml_dtypes")
@@ -44,20 +44,32 @@ def kernel_view(a: np.ndarray) -> tuple[np.ndarray, int]:
     return a, NATIVE
 
 
-def as_input(value, op: str) -> np.ndarray:
-    """Coerce an operand to an ndarray without changing its dtype.
+def as_input(value, op: str, name: str) -> np.ndarray:
+    """Coerce the operand ``name`` of ``op`` to an ndarray without changing its dtype.
 
     Subclasses become plain ndarrays; non-native byte order becomes native (a copy); masked
-    arrays are refused, since their mask would be silently dropped.
+    arrays are refused, since their mask would be silently dropped, and so is a value that is
+    not an array and converts to Python objects (``None``, a ragged list), with what it is.
     """
     if isinstance(value, np.ma.MaskedArray):
         raise TypeError(f"{op}: masked arrays are not supported (the mask would be dropped)")
     a = np.asarray(value)
+    if a.dtype.kind == "O" and not isinstance(value, np.ndarray):
+        what = "None" if value is None else f"{type(value).__name__} {_brief(value)}"
+        raise TypeError(
+            f"{op}: {name} must be an array of numbers, got {what}, which converts to an array "
+            "of Python objects"
+        )
     if type(a) is not np.ndarray:
         a = a.view(np.ndarray)
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     return a
+
+
+def _brief(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def is_weak_scalar(value) -> bool:

@@ -47,8 +47,8 @@ def matmul(
     Raises
     ------
     TypeError
-        A dtype the version does not allow, ``A`` and ``B`` of different dtypes, or ``out`` of
-        the wrong dtype.
+        A dtype the version does not allow, an operand that is not an array of numbers, ``A``
+        and ``B`` of different dtypes, or ``out`` of the wrong dtype.
     ValueError
         A bad ``opset``, a rank-0 operand, inner dimensions or batch shapes that do not match,
         or ``out`` of the wrong shape.

@@ -18,8 +18,8 @@ def check(A, B, opset):
     """
     version = resolve_version("MatMul", opset)
     label = f"MatMul-{version}"
-    a = as_input(A, label)
-    b = as_input(B, label)
+    a = as_input(A, label, "A")
+    b = as_input(B, label, "B")
     allowed = MATMUL_ALLOWED[version]
     check_dtype(label, "A", a.dtype, allowed)
     check_dtype(label, "B", b.dtype, allowed)

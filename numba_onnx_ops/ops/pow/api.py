@@ -38,16 +38,18 @@ def pow(  # noqa: A001 - the ONNX operator's name
         The exponent.  Pow-1/7: the same dtype as ``X``.  Pow-12 on: any of float16/32/64,
         int8..int64, uint8..uint64, independently of ``X``; Pow-15 adds bfloat16.  A plain
         Python ``int``/``float`` is weakly typed: it takes ``X``'s dtype where the version
-        needs one dtype, else becomes int64/float64.
+        needs one dtype, else becomes int64/float64 (an int outside int64 is an error).
     opset : int, optional
         Default-domain opset of the model; selects Pow-1, 7, 12, 13 or 15.  ``None``: newest.
     broadcast, axis : int, optional
         Pow-1's legacy attributes.  ``broadcast=1`` lets ``Y`` be a one-element tensor or match
         a contiguous run of ``X``'s dimensions starting at ``axis`` (default: the trailing
         ones; a negative ``axis`` counts from the end, and must lie in [-rank(X), rank(X) - 1]);
-        with ``broadcast=0`` (default) the shapes must be equal.  A Python scalar ``Y``
-        is a constant and always applies to every element.  From Pow-7 on, broadcasting is
-        numpy-style and these attributes do not exist.
+        with ``broadcast=0``, or without the attribute (``None``, the default), the shapes must
+        be equal.  A Python scalar ``Y`` is a constant and always applies to every element.
+        From Pow-7 on, broadcasting is numpy-style and these attributes do not exist: passing
+        either, even 0, is a ``TypeError``, as an ONNX node of that version carrying one is
+        invalid.
     out : numpy.ndarray, optional
         Array of the result's exact shape and dtype to fill and return.
 
@@ -59,14 +61,19 @@ def pow(  # noqa: A001 - the ONNX operator's name
     -------
     numpy.ndarray or dask.array.Array
         The power, of ``X``'s dtype.  Floats: within 1 ulp of the correctly rounded value
-        (C99 ``pow`` special values).  Integer bases: exact with wraparound for integer
-        exponents (see ``docs/spec/semantics.md`` for negative exponents and float ones).
+        (C99 ``pow`` special values).  Integer bases: for ``y >= 0`` exact with wraparound
+        (``0 ** 0 = 1``); for ``y < 0`` the truncated true value (0 for ``|x| >= 2``, and the
+        dtype's minimum for ``0 ** y``); for a float ``y``, ``x ** y`` in float64 truncated
+        toward zero, the dtype's minimum where that is NaN, infinite or out of range.
 
     Raises
     ------
     TypeError
-        A dtype the version does not allow, ``X`` and ``Y`` of different dtypes at Pow-1/7,
-        ``broadcast``/``axis`` at Pow-7 or later, or ``out`` of the wrong dtype.
+        A dtype the version does not allow, an operand that is not an array of numbers,
+        ``X`` and ``Y`` of different dtypes at Pow-1/7, ``broadcast``/``axis`` at Pow-7 or
+        later, or ``out`` of the wrong dtype.
+    OverflowError
+        From Pow-12 on, a Python ``int`` operand outside int64.
     ValueError
         A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
         ``broadcast``/``axis`` value, or ``out`` of the wrong shape.

@@ -12,6 +12,8 @@ from ...core.checks import check_dtype
 from ...core.dtypes import as_input, is_weak_scalar
 from ...core.versions import POW_ALLOWED, POW_LEGACY_BROADCAST, POW_SHARED_T, resolve_version
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
 
 def check(X, Y, opset, broadcast, axis):
     """Every decision of Pow that needs shapes and dtypes only, before any data is read.
@@ -44,8 +46,11 @@ def _operands(label: str, version: int, X, Y) -> tuple[np.ndarray, np.ndarray]:
     t, t1 = POW_ALLOWED[version]
     shared = version in POW_SHARED_T
     x_weak, y_weak = is_weak_scalar(X), is_weak_scalar(Y)
-    x = None if (shared and x_weak and not y_weak) else as_input(X, label)
-    y = None if (shared and y_weak and not x_weak) else as_input(Y, label)
+    if not shared:
+        _check_weak_int(label, "X", X)
+        _check_weak_int(label, "Y", Y)
+    x = None if (shared and x_weak and not y_weak) else as_input(X, label, "X")
+    y = None if (shared and y_weak and not x_weak) else as_input(Y, label, "Y")
     if x is None:
         check_dtype(label, "Y", y.dtype, t1)
         x = _weak(X, y.dtype)
@@ -57,6 +62,16 @@ def _operands(label: str, version: int, X, Y) -> tuple[np.ndarray, np.ndarray]:
     if shared and x.dtype != y.dtype:
         raise TypeError(f"{label}: X and Y must have the same dtype, got {x.dtype} and {y.dtype}")
     return x, y
+
+
+def _check_weak_int(label: str, name: str, value) -> None:
+    """From Pow-12 on a Python int operand becomes int64: one outside its range is an error
+    (as in NumPy 2), not another dtype."""
+    if type(value) is int and not _INT64_MIN <= value <= _INT64_MAX:
+        raise OverflowError(
+            f"{label}: {name} = {value} is a Python int outside int64, the dtype a Python int "
+            "operand takes from Pow-12 on; pass a float, or an array of the dtype you mean"
+        )
 
 
 def _weak(value, dtype: np.dtype) -> np.ndarray:
