@@ -83,7 +83,7 @@ def common_call(A: np.ndarray, B: np.ndarray):
             and dt != _F64  # may take them, so the general path)
         ):
             target = memory.empty(batch + (m, n), dt)
-            _run_unblased(A, B, batch, m, n, k, target)
+            _run_own_paths(A, B, batch, m, n, k, target)
             return target
     return None
 
@@ -97,10 +97,10 @@ def run(a, b, a2, b2, batch, m, n, k, target) -> None:
     elif a.dtype in (_F32, _F64) and blas_wins(a.dtype, math.prod(batch), m, n, k, a2, b2):
         blas.matmul(a, b, out=target)
     else:
-        _run_unblased(a2, b2, batch, m, n, k, target)
+        _run_own_paths(a2, b2, batch, m, n, k, target)
 
 
-def _run_unblased(a2, b2, batch, m, n, k, target) -> None:
+def _run_own_paths(a2, b2, batch, m, n, k, target) -> None:
     """``target[...] = a2 @ b2`` for 2-D-promoted operands that numpy's BLAS does not take as
     they are: half types on pairs or panels where large, else the own kernels."""
     dt = a2.dtype
