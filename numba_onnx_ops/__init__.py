@@ -25,7 +25,7 @@ _parallel.prefer_tbb()  # before any kernel starts numba's threads
 
 
 def __getattr__(name: str):
-    # MATMUL_TYPES and POW_TYPES (see ``_versions.public_table``), built on first access.
+    # MATMUL_TYPES and POW_TYPES (see ``core.versions.public_table``), built on first access.
     if name in _PUBLIC_TABLES:
         return _public_table(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,7 @@ def broadcast_shape(op: str, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     """numpy's broadcast of ``shapes``; a ``ValueError`` naming the operator and shapes if none."""
     first = tuple(shapes[0])
     if all(tuple(s) == first for s in shapes[1:]):
-        return first  # the common case, without numpy's 2.5 us
+        return first  # the common case, without numpy's call (as costly as a small call's work)
     try:
         return tuple(np.broadcast_shapes(*shapes))
     except ValueError:

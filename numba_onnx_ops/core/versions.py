@@ -23,7 +23,7 @@ _U8, _U16, _U32, _U64 = (np.dtype(t) for t in (np.uint8, np.uint16, np.uint32, n
 
 class Allowed(frozenset):
     """A type constraint: numpy's dtypes, and ml_dtypes' bfloat16 where ``with_bfloat16``,
-    tested without importing ml_dtypes (see ``_dtypes.is_bfloat16``)."""
+    tested without importing ml_dtypes (see ``core.dtypes.is_bfloat16``)."""
 
     with_bfloat16 = False
 

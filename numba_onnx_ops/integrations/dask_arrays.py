@@ -2,10 +2,11 @@
 
 Imported only when a ``dask.array.Array`` reaches ``matmul`` or ``pow``.  Every decision the
 in-memory call makes (version, dtypes, weak scalars, shapes, broadcasting, Pow-1's legacy
-rules, MatMul's 1-D promotion) is made here at the call, by the same front-layer code run on
-shape-only stand-ins of the dask operands, so the exceptions and messages are the same and no
-block is computed.  The graph then holds only calls of the public in-memory functions on
-blocks, wrapped so that a task's kernels run on the cores that task owns (``_run_in_task``).
+rules, MatMul's 1-D promotion) is made here at the call, by the same code (the operators'
+``decisions`` modules) run on shape-only stand-ins of the dask operands, so the exceptions and
+messages are the same and no block is computed.  The graph then holds only calls of the public
+in-memory functions on blocks, wrapped so that a task's kernels run on the cores that task owns
+(``_run_in_task``).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def _name(op: str, *parts) -> str:
     """The output's graph name, from what determines its blocks: the operands' names (dask's
     content tokens), their indices and chunks, and the operation's arguments.  Naming the
     output here spares dask hashing the task function (a pickle of it) and inspecting its
-    signature at every call: about 0.15 ms of a one-chunk call."""
+    signature at every call, a cost a one-chunk call notices (docs/design.md, "dask")."""
     return f"{op}-{tokenize(*parts)}"
 
 

@@ -30,7 +30,8 @@ def cpu_name() -> str:
 @functools.cache
 def amd_zen() -> bool:
     """Whether numba compiles for one of AMD's Zen cores, where some kernels choose differently
-    (measured on Zen 4 against an Intel Xeon: see ``_matmul_bf16`` and ``_matmul_own``)."""
+    (``ops.matmul.bf16_pairs.pairs_fast``, ``ops.matmul.own``'s register blocks, the Pow
+    kernels' prefetch; the measurements: docs/design.md)."""
     return cpu_name().startswith("znver")
 
 

@@ -116,7 +116,7 @@ def helper(**options):
     """``numba.njit(**options)`` for a function that only kernels call: compiled to an LLVM
     module the kernels link and inline, without the Python entry point, wrappers and machine code
     of its own that numba would otherwise build for it on every kernel's first compile (see
-    ``_numba_private``).  Calling it from Python raises ``TypeError``."""
+    ``runtime.numba_private``).  Calling it from Python raises ``TypeError``."""
     return link_only_jit(**options)
 
 

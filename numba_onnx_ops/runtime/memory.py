@@ -2,8 +2,8 @@
 
 Why: below 32 MiB, glibc's ``malloc`` keeps freed blocks and hands them out again, so a fresh
 ``numpy.empty`` costs nothing.  From 32 MiB on (its largest mmap threshold) every allocation is a
-new ``mmap`` whose pages the kernel faults in and zeroes on first write: measured here, 2 ms per
-32 MiB on two cores, as much as a memory-bound Pow spends on its own work.  onnxruntime avoids
+new ``mmap`` whose pages the kernel faults in and zeroes on first write, which costs as much as
+a memory-bound Pow spends on its own work (docs/design.md, "The result pool").  onnxruntime avoids
 that with its arena; this module does the same for large results only.
 
 How: the pool keeps a reference to each large block it hands out (at most ``_MAX_BLOCKS``).  A
@@ -52,7 +52,7 @@ _FREE_REFS = _calibrate()
 def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized C-contiguous array, from the pool when it is large."""
     dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize  # (np.prod costs 4 us)
+    nbytes = math.prod(shape) * dtype.itemsize  # (np.prod costs more than a small call's work)
     if nbytes < tuning.POOL_MIN_BYTES:
         return np.empty(shape, dtype)
     with _lock:

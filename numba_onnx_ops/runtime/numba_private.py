@@ -14,14 +14,14 @@ package was tried with); the attributes below exist and behave as described in b
   vectorizer on for one compilation.  Where they are missing, the kernel compiles without SLP:
   the same results, slower small products.
 - ``numba.core.cgutils`` and ``numba.np.arrayobj.make_array``/``populate_array``
-  (``_kernels/stack.py``): the helpers numba's low-level extension examples use for code
+  (``runtime.stack``): the helpers numba's low-level extension examples use for code
   generation and to build an array over memory they own; an import error there names the module.
-- The C symbol ``set_parallel_chunksize`` (``_kernels/schedule.py``): the function behind
+- The C symbol ``set_parallel_chunksize`` (``runtime.schedule``): the function behind
   ``numba.set_parallel_chunksize``, which numba registers with LLVM when it starts its threading
   layer and which its own parfor code calls by that name.  A kernel calls it the same way, since
   the public function, called from a kernel, goes through a ctypes pointer that numba's on-disk
   cache refuses.
-- The C symbols ``get_thread_id`` and ``get_num_threads`` (``_kernels/schedule.py``): the
+- The C symbols ``get_thread_id`` and ``get_num_threads`` (``runtime.schedule``): the
   functions numba's own ``numba.get_thread_id()`` and internal ``_iget_num_threads`` compile to,
   registered by the same start of the threading layer (which ``spread`` forces at compile time
   through the public ``numba.get_num_threads()``).
@@ -37,7 +37,7 @@ package was tried with); the attributes below exist and behave as described in b
   the whole once), and ``numba._dynfunc.make_function``
   for the entry the dispatcher's table needs, which, as for numba's own overloads, has no
   Python wrapper behind it: njit helpers therefore use a dispatcher that refuses calls from
-  Python.  A Pow kernel's first compile is 0.5-1.5 s shorter.  Where any of these is missing,
+  Python.  A Pow kernel's first compile is markedly shorter.  Where any of these is missing,
   helpers compile as plain ``numba.njit`` functions (the same results, slower first calls).
 - Kernels compiled with deferred libraries (:data:`KERNEL_OPTIONS`): numba lowers a parallel
   loop as a body function, a gufunc wrapper that links the body and a parallel wrapper that
@@ -52,10 +52,9 @@ package was tried with); the attributes below exist and behave as described in b
   Python entry and stores its environment in the body's own machine code.)  Where any of these
   is missing, kernels compile with numba's own pipeline.
 
-  With both, and the kernels' arrays made in place (``_kernels/stack.py``), first calls in a
-  fresh process take a quarter to a third less time than with numba's own pipelines
-  (``bench --targets``, first calls), and the kernels run as fast (interleaved timings of the
-  two builds in one process).
+  With both, and the kernels' arrays made in place (``runtime.stack``), first calls in a fresh
+  process take markedly less time than with numba's own pipelines, and the kernels run as fast
+  (the measurements: docs/design.md, "Compile time"; ``bench --targets``, first calls).
 
 - Functions compiled from LLVM IR built here (:func:`native_function`): the CPU target's code
   generator (``numba.core.registry.cpu_target.target_context.codegen()``), a code library it
@@ -65,7 +64,8 @@ package was tried with); the attributes below exist and behave as described in b
   are missing, the caller takes a path that needs none (the same results, slower tiny
   products).
 
-The threading layer is read through the public ``numba.threading_layer()`` (see ``_parallel``).
+The threading layer is read through the public ``numba.threading_layer()`` (see
+``runtime.parallel``).
 """
 
 from __future__ import annotations

@@ -5,20 +5,18 @@ numba cuts a ``prange`` into as many equal parts as there are threads unless a c
 on a shared machine the pool thread is often slow: its core busy with another process, or (2
 vCPUs, virtual machine) still coming up after a pause.  With one loop iteration per part, the
 TBB layer balances the parts as they run: the calling thread starts at once and takes what a
-late thread has not.  Measured on 2 Zen 4 vCPUs shared with other work, kernel calls in the
-peer comparison's pattern (a pause, then a sample of calls), medians of five runs against equal
-parts: 2048 x 16^3 float32 139/180, 163/231, 178/175, 185/177, 191/182 us; 4096 x 8^3
-100/116, 131/125, 95/91, 97/93, 100/94 us; 64 x 128x64x128 within 10% either way.
+late thread has not (the measurements: docs/design.md, "How a prange is split").
 
 ``numba.set_parallel_chunksize`` itself, called from a kernel, goes through a ctypes pointer,
 which numba's on-disk cache refuses; ``set_chunksize`` calls the same C function by the symbol
-name numba's own parfor code links against (see ``_numba_private``).
+name numba's own parfor code links against (see ``runtime.numba_private``).
 
 Where the threads run: a kernel's pool thread, woken by the call, is often placed by Linux on
 the CPU of the thread that woke it, the caller, and stays there: the two share one CPU for the
 whole call while another sits idle, and a call on 2 threads takes the time of one.  Seen on 2
-vCPUs (KVM, Linux 6.18) after the caller slept tens of milliseconds, as callers in notebooks,
-services and benchmarks do; the scheduler's balancing did not separate them within a 7 ms call.
+vCPUs of a virtual machine after the caller slept tens of milliseconds, as callers in
+notebooks, services and benchmarks do; the scheduler's balancing did not separate them within
+a call of milliseconds.
 So every parallel task starts with ``spread(state)`` (``state = call_state()``, read before
 the loop): a pool thread that finds itself on its caller's CPU asks the kernel to move it
 elsewhere, by taking that CPU out of its affinity for one moment and then restoring the
@@ -27,11 +25,8 @@ allowed one CPU only is left where it is.  But a pool thread woken onto the busy
 cannot run to do so: the caller, on its first task of a call, yields its CPU once unless a
 pool thread has already started.  The check is a read of numba's thread id and of the call's
 flags per task, and a ``sched_getcpu`` on pool threads; the move (one ``sched_getaffinity``
-and two ``sched_setaffinity`` calls) happens only when the two collide.
-Measured on 2 Zen 4 vCPUs with 60 ms pauses between calls: a compute-only probe 11.6 -> 3.6 ms
-(medians of 30); in the peer comparison, alternated with the code before the move, float32
-x ** 3.7 on 10M elements 12.7/13.3 -> 9.7/9.4 ms and the 1024^2 bfloat16 product 11.1/12.2 ->
-7.0/7.7 ms.
+and two ``sched_setaffinity`` calls) happens only when the two collide.  The measurements, of
+the move and of the yield: docs/design.md, "How a prange is split, and where pool threads run".
 """
 
 from __future__ import annotations
@@ -152,7 +147,7 @@ def call_state():
     """What ``spread`` needs, read by a kernel just before its ``prange``: the CPU the caller
     runs on and the call's flags (a small array, so that every task sees the same one).  It
     lives in the kernel's stack frame, which outlasts the parallel loop: ``np.empty`` cost a
-    heap allocation per call, and 0.1 s of compile time in the first kernel of a process."""
+    heap allocation per call, and compile time in the first kernel of a process."""
     state = stack_array(2, types.int64(0))
     state[0] = current_cpu()
     state[1] = 0
@@ -169,14 +164,13 @@ def spread(typingctx, state):
     The caller, in a task of its own before any pool thread has started one, yields its CPU
     once (``sched_yield``): a pool thread woken onto that CPU waits in its run queue behind
     the busy caller, to no avail for milliseconds, until the scheduler's balancing moves it;
-    given the CPU, it starts its task and moves itself.  Measured on 2 Zen 4 vCPUs, a
-    compute-only kernel of 64 tasks, 60 ms pauses, then 8 calls back to back (medians of 20):
-    without the yield 652, 535, 531, 536, 577, 296, 281, 278 us (the pool thread joined from
-    the fifth call on), with it 466, 292, 278, 285, 279, 277, 276, 283 us.
+    given the CPU, it starts its task and moves itself.  Without the yield the pool thread
+    joined only after several calls.
 
     All of it is IR emitted in place, with the thread id from the C function numba's own
-    ``get_thread_id`` calls: as an ``@njit`` function, this took 0.15-0.2 s to compile in every
-    process's first kernel call; written with numpy arrays, 0.3-0.5 s more."""
+    ``get_thread_id`` calls: as an ``@njit`` function, and more so written with numpy arrays,
+    it compiled in every process's first kernel call (figures: docs/design.md, "Compile
+    time")."""
     if not (isinstance(state, types.Array) and state.dtype == types.int64 and state.ndim == 1):
         return None
     # The threading layer registers ``get_thread_id`` with LLVM when it starts; a kernel's

@@ -3,7 +3,8 @@ aliasing doubts), heap scratch, and views.
 
 numba compiles its own ``np.empty``, ``numba.carray`` and ``reshape`` as functions of their own
 (with Python wrappers and machine code) on a kernel's first compile; these intrinsics emit the
-few instructions each needs into the function that uses them."""
+few instructions each needs into the function that uses them (what each saves:
+docs/design.md, "Compile time")."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def stack_array(typingctx, n, proto):
     Indexed by constants after unrolling, a stack array is promoted to registers; a heap array
     never is, since LLVM cannot prove it does not alias the kernel's other arrays.  Built in
     place: ``numba.carray`` over a pointer would compile its implementation (with a Python
-    wrapper and machine code of its own) for each signature on first use, 0.04-0.08 s of a
-    kernel's first compile.  The array owns nothing and must not outlive that function's frame.
+    wrapper and machine code of its own) for each signature on first use, in a kernel's first
+    compile.  The array owns nothing and must not outlive that function's frame.
     """
     request = _count_and_dtype(n, proto)
     if request is None:
@@ -80,7 +81,7 @@ def c_view(typingctx, arr, shape):
 
     ``arr.reshape(shape)`` where the caller knows that the shape fits: numba compiles
     ``reshape``'s implementation and its shape check (with a Python wrapper and machine code of
-    their own) on first use, 0.1-0.15 s of a kernel's first compile.
+    their own) on first use, in a kernel's first compile.
     """
     if not (isinstance(arr, types.Array) and arr.layout == "C"):
         return None
@@ -123,8 +124,8 @@ def heap_array(typingctx, n, proto):
     not overflow) uninitialised elements on the heap, of ``proto``'s dtype (an array) or type
     (a scalar), freed when its last reference goes, as any array numba allocates.
 
-    ``np.empty(n, dtype)`` without numba's implementation of it and of its allocator: about
-    0.2 s of a kernel's first compile.
+    ``np.empty(n, dtype)`` without numba's implementation of it and of its allocator, which
+    would be compiled in a kernel's first compile.
     """
     if not isinstance(n, types.Integer):
         return None

@@ -32,7 +32,7 @@ def _prefetch_rows_function(module, write: bool = True):
     ``prefetcht1``) on the cache lines of ``rows`` rows of ``bytes`` bytes from ``p``,
     ``stride`` bytes apart.  One function per module and kind, never inlined: its loops stay a
     call, out of every copy LLVM makes of the caller (inlined, the unrolled hints grew a
-    kernel's machine code by a fifth and its compilation by 0.3 s)."""
+    kernel's machine code and its compile time: docs/design.md, "Compile time")."""
     name = "numba_onnx_ops.prefetch_rows_for_" + ("write" if write else "read")
     fn = module.globals.get(name)
     if fn is not None:

@@ -16,7 +16,7 @@ float32 FMAs, so the result is "accumulate in float32, round once" with the term
 Both conditions come down to the smallest exponent field among the nonzero elements of A and
 of B (``ea``, ``eb``): both at least 1 and ``ea + eb - 254 >= -110``.  Packing the operands
 into pairs along K reads every element anyway and finds them; a product whose inputs fail the
-check goes to the float32 panels instead (``_matmul_half``).  The float32 sums are rounded to
+check goes to the float32 panels instead (``half_panels``).  The float32 sums are rounded to
 bfloat16 as they are stored (``vcvtneps2bf16``: to nearest even; it too would flush a
 subnormal, which the check rules out).
 """
@@ -53,12 +53,10 @@ def pairs_supported() -> bool:
 def pairs_fast() -> bool:
     """Whether the pair dot products outrun float32 FMAs on this CPU: AMD's Zen cores.
 
-    12 independent chains of one instruction on registers, one thread: on Zen 4 a
-    ``vdpbf16ps`` issues as often as a ``vfmadd231ps`` and does twice its multiply-adds; on an
-    Intel Xeon with AVX512_BF16 (Sapphire Rapids' features), 1.7 ``vdpbf16ps`` against 6.7
-    ``vfmadd231ps`` per ns, half the multiply-adds, and the pairs took 18.7 ms for a bfloat16
-    1024^3 product where the float32 panels took 9.8 (2048^3: 187 against 75).  Other CPUs
-    keep the panels until measured."""
+    On AMD's Zen 4 a ``vdpbf16ps`` issues as often as a ``vfmadd231ps`` and does twice its
+    multiply-adds; on the Intel Xeon with AVX512_BF16 measured it issues far less often, and
+    the pairs ran slower than the float32 panels.  Other CPUs keep the panels until measured (the
+    measurements: docs/design.md, "Half types: sgemm panels and bfloat16 pairs")."""
     return pairs_supported() and amd_zen()
 
 
@@ -83,7 +81,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
     Per matrix: pack A and B into pairs along K (as much memory as the operands), then the
     micro-kernel sums each block of C in float32 registers and stores it rounded once to
     bfloat16.  Matrices whose inputs fail ``inputs_safe`` take the float32 panels of
-    ``_matmul_half``.
+    ``half_panels``.
     """
     kp = (k + 1) // 2
     ap = np.empty((m, kp), _U32)

@@ -2,8 +2,9 @@
 
 The kernels widen panels of the half operands to float32 (in parallel, F16C for float16),
 numpy's BLAS multiplies them accumulating in float32, and each C tile is narrowed into the
-result with one rounding: "accumulate in float32, round once" at BLAS speed, with extra memory
-bounded whatever the operands' size.
+result with one rounding: "accumulate in float32, round once" at BLAS speed.  The panels of A
+and B are bounded whatever the operands' size; the float32 tiles of C grow as K gets shorter,
+up to the result's shape (see ``PANEL``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from . import kernels as _k
 
 _F32 = np.dtype(np.float32)
 
-# float32 panels: at most this many elements each (4 MiB), so the extra memory is bounded
-# whatever the operands' size; a 1024x1024 operand fits in one panel.
+# float32 panels of A and B: at most this many elements each (4 MiB), whatever the operands'
+# size; a 1024x1024 operand fits in one panel.  The tile of C and the one of partial sums are
+# mb x nb each, mb and nb at most max(PANEL_MIN, PANEL // kc) with kc = min(K, PANEL_KMAX):
+# 4 MiB each from K = 1024 on, but for shorter K up to the result's shape in float32 (a
+# 4096 x 4096 result with K = 16: about 134 MB of scratch).
 PANEL = 1 << 20
 PANEL_MIN = 256  # rows or columns of a tile at the least, however long K is
 PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, partial sums added

@@ -21,8 +21,7 @@ narrowed once, when it is stored.
 - ``matmul_rows_dot`` / ``matmul_cols_axpy``: matrix-vector shapes, bandwidth-bound.
 - ``widen_panels`` / ``narrow_panel``: float32 panels of large half-type products, for sgemm.
 
-Measured per core on Zen 3 (float32): direct 77 GFLOP/s at 1024^3, 51 at (128,64)@(64,128);
-packed 63 at 1024^3 and 65 for float16, where direct, widening A at every use, made 38.
+Their speeds per shape: docs/design.md, "The own kernels".
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
 # vpmulld + vpaddd) into 12 accumulators that stay in registers (see the module's tests for
-# the asm check).  4x3 measured fastest on Zen 3 of 4x3, 3x4, 2x6, 2x4: fewest loads per FMA
-# with 12 + 3 of the 16 ymm registers in use.
+# the asm check).  4x3: the fewest loads per FMA with 12 + 3 of the 16 ymm registers in use,
+# the fastest of 4x3, 3x4, 2x6 and 2x4 (docs/design.md, "The own kernels").
 MR = 4
 NR = 3
 # Panels are zero-padded along k to a multiple of the vector width so the vector loop never
@@ -223,9 +222,9 @@ def matmul_packed(
 # a stack buffer, i.e. in registers, while k runs: per k, two vector loads of B and RB
 # broadcasts of A feed 2 * RB independent FMA chains (8, enough to cover the FMA latency).
 # The block is straight-line code over constant bounds, which the SLP vectorizer turns into
-# vector code, so this kernel is compiled with SLP on (see the front layer).  Measured: with
-# a single vector of columns (4 chains) 16x16 batches ran latency-bound, and with 8 rows SLP
-# vectorized along the rows, gathering A.
+# vector code, so this kernel is compiled with SLP on (``kernel(slp=True)``).  With a single
+# vector of columns (4 chains) 16x16 batches ran latency-bound, and with 8 rows SLP vectorized
+# along the rows, gathering A.
 RB = 4
 
 
@@ -348,10 +347,9 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
 
     Full blocks of A with unit column stride get their own copy with both as constants: with
     the stride a variable, LLVM unrolls the K loop with an address per row and step and spills
-    them to the stack, and a constant row count folds the edge checks away.  Measured on one
-    Zen 4 core, with the batch walked by counters (below): 2048 x 16^3 float32 82 -> 97
-    GFLOP/s, 4096 x 8^3 32 -> 42.  Only this one extra copy: copies for the edge blocks too
-    added 0.25 s to the first call's compilation (1.24 -> 1.49 s) and measured no faster.
+    them to the stack, and a constant row count folds the edge checks away.  Only this one
+    extra copy: copies for the edge blocks too lengthened the first call's compilation and
+    ran no faster (the measurements: docs/design.md, "The micro-kernel").
     """
     if a_cs == 1 and rows == tile_rows(tile):
         vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, tile_rows(tile), tile)
@@ -372,9 +370,9 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
-    stalling its stores: C is written once and seldom in cache.  Zen 4, one core, medians of
-    31: 64 x 128x64x128 float32 83 -> 91 GFLOP/s, 16 x 256^3 82 -> 88.  (Shorter K loops hide
-    less of that latency and pay the call to the hints more often.)
+    stalling its stores: C is written once and seldom in cache (the gain: docs/design.md, "The
+    micro-kernel").  (Shorter K loops hide less of that latency and pay the call to the hints
+    more often.)
     """
     MR = tile_rows(tile)
     NR = tile_cols(tile)
@@ -479,7 +477,7 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
             out[bi, j0 + j] = narrow(acc[j], kind, out)
 
 
-# --- float16/bfloat16 products through float32 panels (the front layer runs sgemm on them) ---
+# --- float16/bfloat16 products through float32 panels (``half_panels`` runs sgemm on them) ---
 
 
 @kernel(parallel=True)
@@ -503,7 +501,7 @@ def widen_panels(a, a_org, a_rs, a_cs, af, b, b_org, b_rs, b_cs, bf, kind):
 @njit(inline="always")
 def _widen_row(src, base, cs, kind, row):
     # ``_at``: numba's negative-index wraparound on ``src[base + j]`` kept LLVM from loading
-    # consecutive elements as vectors (1M float16: 1.06 ms against 0.12 ms).
+    # consecutive elements as vectors, many times slower (docs/design.md, "Half types").
     if cs == 1:
         for j in range(row.size):
             row[j] = widen(_at(src, base + j), kind)
@@ -541,8 +539,8 @@ def _pack_pairs(src, base, step, gap, nhi, count, dst):
     """dst[j] = src[base + j * step] | src[base + j * step + gap] << 16 (bits) for j < nhi, the
     low half alone for nhi <= j < count; returns the smallest exponent field among the
     nonzero elements read (255 if none).  A function of its own, not inlined into the
-    kernel's loop body: inlined at both call sites, it cost 2.3 s of the kernel's first
-    compile instead of 1.0 s."""
+    kernel's loop body: inlined at both call sites, it made the kernel's first compile much
+    longer (docs/design.md, "Compile time")."""
     low = np.uint32(255)
     for j in range(nhi):
         lo = np.uint32(_at(src, base + j * step))

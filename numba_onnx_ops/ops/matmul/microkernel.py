@@ -1,7 +1,8 @@
 """A register-blocked MatMul micro-kernel written as LLVM vector code.
 
-numba's loop and SLP vectorizers turn the plain register-blocked loops of ``matmul.py`` into
-vector code, but not into a schedule that keeps the FMA units busy (about 70% of peak at best).
+numba's loop and SLP vectorizers turn the plain register-blocked loops of ``kernels.py`` into
+vector code, but not into a schedule that keeps the FMA units busy (docs/design.md, "The
+micro-kernel and register blocks per CPU").
 Here the whole K loop of one MR x (NV * W) block of C is emitted directly: per step, NV vector
 loads of a B row, MR scalar loads of A splatted across a vector, MR * NV calls of
 ``llvm.fma``, all accumulators carried as phi nodes (they stay in registers), and the C block
@@ -36,8 +37,8 @@ class _BFloat16(ir.types.Type):
 
 # Tile dimensions travel in the type of a flat tuple (a nested one cannot enter a prange body):
 # MR Python ints, NV floats and W bools (int64, float64 and boolean to numba); the values are
-# never read.  Python scalars, because numba's dispatcher types such a tuple in 0.4 us, where
-# one of numpy int8/int16/int32 scalars took 1.6 us of every call.
+# never read.  Python scalars, because numba's dispatcher types such a tuple several times
+# faster than one of numpy int8/int16/int32 scalars, on every call.
 _DIM_TYPES = (types.int64, types.float64, types.boolean)
 
 
@@ -246,9 +247,9 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
 # --- whole tiny matrices ----------------------------------------------------------------------
 # A tiny product's shape is compiled into a function of its own (``define_whole``), which the
 # one parallel kernel per dtype calls through its address (``call_whole``).  As a type
-# parameter of the kernel, every new (M, K, N) cost a whole parallel kernel's compilation
-# (1.0-1.4 s on Zen 3, empty cache); a function of straight-line vector code compiles in tens
-# of milliseconds (27-85 ms on Zen 3), once per process: it is not kept in numba's cache.
+# parameter of the kernel, every new (M, K, N) cost a whole parallel kernel's compilation; a
+# function of straight-line vector code compiles in tens of milliseconds, once per process: it
+# is not kept in numba's cache (the figures: docs/design.md, "Compile time").
 
 
 def define_whole(module, name: str, ft, m: int, k: int, nv: int, lanes: int, group: int):
@@ -262,13 +263,11 @@ def define_whole(module, name: str, ft, m: int, k: int, nv: int, lanes: int, gro
     code: per group of rows and k, NV vector loads of a B row and a splat of A per row, NV fused
     multiply-adds per row (in order of k, as ``vector_tile``), the group's sums in registers,
     each C row stored once.  With nothing left per matrix but two offset loads, consecutive
-    products overlap in the core; for 8 x 8 x 8 float32, one Zen 4 core, interleaved medians:
-    97 us per 4096 products against 135 us on ``vector_tile``'s blocks, whose per-block setup
-    outweighed 64 FMAs.  (A's unit stride as a constant lets every load of A take an immediate
-    offset: with the stride a variable, 4096 8x8x8 float32 products took 93 us on one core, with
-    it 73 us, one run.  With 8 rows or more, row pointers spill from the general registers; the
-    row strides as constants too spilled none, and measured no faster: Zen 3, 2 threads,
-    float32 2048 x 16x16x16 and 4096 x 8x8x8, 316 / 318 us and 108 / 109 us.)
+    products overlap in the core, faster than on ``vector_tile``'s blocks, whose per-block
+    setup outweighed 64 FMAs of an 8 x 8 x 8 product.  (A's unit stride as a constant lets
+    every load of A take an immediate offset, which is faster.  With 8 rows or more, row
+    pointers spill from the general registers; the row strides as constants too spilled none,
+    and ran no faster.)  The measurements: docs/design.md, "Tiny matrices whole".
     """
     i64 = ir.IntType(64)
     ptr, iptr = ft.as_pointer(), i64.as_pointer()

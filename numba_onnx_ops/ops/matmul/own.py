@@ -81,16 +81,11 @@ def vector_int64() -> bool:
 _WIDE_BLOCK = {512: (8, 2), 256: (6, 2)}
 # With AVX-512, strips of four vectors where N has room for them: each row of B is then read as
 # 256 contiguous bytes, and A once per 64 columns instead of 32.  The micro-kernel runs at the
-# FMA peak either way with its operands in L1 (109-114 GFLOP/s a core); on batches streamed from
-# L3 the wider strip gained 10-20%.  Zen 4, 2 threads, one process, medians of 41-61, 8x2 / 4x4
-# / 6x4 (GFLOP/s): float32 64 x 128x64x128 87 / 112 / 106, 64 x 256^3 135 / 151 / 147; float64
-# 64 x 128x64x128 45 / 48 / 50, 16 x 256^3 67 / 72 / 76.  There, four rows for float32 (and
-# the 64-bit integers): as fast, and M needs no edge block when it is a multiple of 4; six for
-# float64.  Six rows for every type on other CPUs: on an Intel Xeon (AVX-512, two 512-bit FMAs
-# per cycle, twice Zen 4's rate for the same loads of B), one process, medians of 15-21, 4x4 /
-# 6x4 (us): float32 8 x 8 broadcast 256^3 10818 / 8949, 4 x 256^3 880 / 746, 64 x 128x64x128
-# 834 / 865; float64 22856 / 18762, 1686 / 1456, 1938 / 1774; int64 512^3 8982 / 8441,
-# 8 x 256^3 6883 / 6623.
+# FMA peak either way with its operands in L1; on batches streamed from L3 the wider strip is
+# faster.  On AMD's Zen, four rows for float32 (and the 64-bit integers): as fast as six, and M
+# needs no edge block when it is a multiple of 4; six for float64.  Six rows for every type on
+# other CPUs, such as Intel's with two 512-bit FMAs per cycle (twice the work for the same
+# loads of B).  The measurements: docs/design.md, "The micro-kernel and register blocks per CPU".
 _WIDER_BLOCK = {512: (6, 4)}
 _WIDER_BLOCK_ZEN = (4, 4)  # all but float64
 
@@ -217,7 +212,7 @@ def acc_proto(dtype: np.dtype) -> np.ndarray:
 
 
 # Offset maps of evenly spaced batches, by (origin, count, step): the common batch costs a
-# dictionary look-up instead of an arange (1.7 us of a 4096-matrix call).  Read-only to the
+# dictionary look-up instead of an arange, a noticeable part of a small call.  Read-only to the
 # kernels; bounded in entries and in size.
 _RANGES: dict[tuple[int, int, int], np.ndarray] = {}
 _RANGES_MAX = 16

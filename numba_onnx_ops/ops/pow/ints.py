@@ -2,11 +2,11 @@
 
 numba (from 0.61 on) implements the builtins ``min`` and ``max`` as functions that it compiles
 for each combination of argument types on first use in a process, each with a Python wrapper
-and machine code of its own: 0.16 s of the first float16 Pow kernel's compile.  These two emit
-the compare and select in place.  Integers only: the builtins' NaN rules stay with them.  The
-MatMul kernels keep the builtins: with these in their place, the int32 kernel for small
-products (compiled with LLVM's SLP vectorizer) ran a 512^2 product in 43 ms instead of 2.2
-(2 Zen 4 threads), and so it did with a conditional expression that numba inlines.
+and machine code of its own, in the first Pow kernel's compile.  These two emit the compare
+and select in place.  Integers only: the builtins' NaN rules stay with them.  The MatMul
+kernels keep the builtins: with these in their place, the int32 kernel for small products
+(compiled with LLVM's SLP vectorizer) ran many times slower, and so it did with a conditional
+expression that numba inlines (the measurements: docs/design.md, "Integer min and max").
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Elementwise Pow kernels over broadcast stride maps, one per exponent class.
 
-The front layer picks the class once per call (``SQUARE`` for a scalar 2, ..., ``GENERAL``
+``plan.run`` picks the class once per call (``SQUARE`` for a scalar 2, ..., ``GENERAL``
 for everything else) and calls that class's kernel; a class is a compile-time constant inside
 its kernel, so each compiled loop holds one element function and LLVM vectorizes it.  Kernels
 compile lazily, per class and operand types, on first use.  GENERAL on float32/float64 bases
@@ -8,9 +8,9 @@ leaves two rare passes, C99's signs and zero bases and the elements libm must co
 ``pow_fixup``, which runs on the tasks it flagged and compiles only when some data needs it.
 
 Operands arrive as flat buffers with an origin and per-axis element strides (0 on broadcast
-axes, see ``_broadcast``), or, for a single-element exponent, as a scalar (float64 for float
+axes, see ``core.broadcast``), or, for a single-element exponent, as a scalar (float64 for float
 bases, int64/uint64 for integer ones).  The output is a flat C-contiguous buffer.  Element
-rules follow ``docs/spec/semantics.md``; the float arithmetic is in ``powmath``.
+rules follow the documented semantics (``api.pow``); the float arithmetic is in ``powmath``.
 """
 
 from __future__ import annotations
@@ -283,13 +283,13 @@ def _scan_flagged_impl(op, xv, xkind, yv, ykind):
     (zero, negative or NaN: ``_fix_signs`` must run; half bases take signs inline, so always
     False for them), and whether an element may be one ``pow_narrow_abs`` leaves to libm.
 
-    A separate scan over the chunk (still in L2): the flag inside the main loop cost ~15% of
-    it.  The bases are scanned as integers, the unsigned min and max of ``|x|``'s bits and the
-    OR of the sign bits, reductions LLVM always vectorizes; the float tests of
-    ``pow_narrow_needs_libm`` stayed scalar with a scalar exponent (10M float32 ** 3.7 on one
-    thread, Zen 4: 19.3 ms against 13.5 ms with the same exponent as an array).  ``flagged``
-    is conservative (a zero base sets it): ``_fix_flagged`` tests each element.  Other classes
-    flag inside their loop (the float64 test needs the logarithm) or never: (False, False).
+    A separate scan over the chunk (still in L2): the flag inside the main loop slowed it.  The
+    bases are scanned as integers, the unsigned min and max of ``|x|``'s bits and the OR of the
+    sign bits, reductions LLVM always vectorizes; the float tests of ``pow_narrow_needs_libm``
+    stayed scalar with a scalar exponent (the measurements: docs/design.md, "The fix-up
+    pass").  ``flagged`` is conservative (a zero base sets it): ``_fix_flagged`` tests each
+    element.  Other classes flag inside their loop (the float64 test needs the logarithm) or
+    never: (False, False).
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
@@ -488,15 +488,11 @@ def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
     reciprocals; cubes of integers.  Returns True, or False, doing nothing, for every other
     class and type (and for a result at an address that is not a whole number of elements).
 
-    10M elements on 2 threads (Zen 4), one process, medians of 21, plain stores -> these:
-    float32 x ** 2 3.00 -> 2.32 ms, x ** 0.5 3.21 -> 2.28, x ** -1 3.26 -> 2.60, x ** int64 2
-    3.15 -> 2.42; float64 x ** 0.5 5.59 -> 4.47; int32 x ** 3 2.68 -> 2.20, int64 5.69 -> 4.21.
     Computing a block into a buffer in L1 and then copying it out by non-temporal stores gained
-    almost nothing (a prototype: plain 2.58 ms, buffered 2.43-2.78, stored as computed
-    2.09-2.18): the stores then come in bursts, no loads among them.  The price is 0.3-0.5 s
-    more on a class's first compile (float32 x ** 2, medians of five: 2.16 -> 2.61 s; the line
-    loop's partial ends taken through the vector code instead cost as much), paid once per
-    machine: the kernels stay in numba's on-disk cache.
+    almost nothing: the stores then come in bursts, no loads among them.  The price is a longer
+    first compile of each class (the line loop's partial ends taken through the vector code
+    instead cost as much), paid once per machine: the kernels stay in numba's on-disk cache.
+    The measurements: docs/design.md, "Streaming stores" and "Compile time".
     """
     if not isinstance(op, types.IntegerLiteral):
         return None
@@ -520,7 +516,7 @@ def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
             j = head + k * per
             power_line(xv, j, out, oo + j, line_op)
         # the partial lines at either end: plain stores (a loop of its own, not ``_apply``,
-        # whose two more inlined copies took 0.5 s more to compile)
+        # whose two more inlined copies took longer to compile)
         for i in range(n - tail + head):
             j = i if i < head else tail + i - head
             value, _ = pow_element(op, xv[j], _at(yv, j), ykind, imin)
@@ -538,13 +534,13 @@ def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task)
 @helper_overload(_fix_now_or_later)
 def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
     """A chunk's fix-up passes: for float32 and float64 bases, and half bases under an array
-    of exponents, left to ``pow_fixup`` (a flag byte per task), whose code, about 0.8 s of the
+    of exponents, left to ``pow_fixup`` (a flag byte per task), whose code, a large part of the
     GENERAL kernel's first compile, is then compiled only for data that needs it (zero,
     negative or special bases or exponents); the signs of float32 bases under a positive scalar
     exponent, cheap to compile, are fixed here (``_scalar_signs``).  Half bases under a scalar
     exponent run them here: their table is built from every base, special ones included.
     (Left to ``pow_fixup``, the first float16 ** float16 or bfloat16 ** bfloat16 call of a
-    process took 2.6 instead of 2.9-3.0 s on a Zen 3, medians of three.)"""
+    process is shorter: docs/design.md, "Compile time".)"""
     if not isinstance(op, types.IntegerLiteral):
         return None
     if (
@@ -580,13 +576,13 @@ def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, 
 @helper(error_model="numpy")
 def _scalar_signs(xv, y, ov):
     """``_fix_signs`` for float32 bases and a finite scalar exponent y > 0, run in the chunk's
-    task while it is in cache (``pow_fixup`` would read it all again: 10M float32 ** 3.7 with
-    half the bases negative took 1.37 times as long as with positive ones, 1.1-1.2 with this).
+    task while it is in cache (``pow_fixup`` would read it all again, and negative bases would
+    cost far more than positive ones).
     The rules are ``pow_narrow_sign``'s, whose tests on y the scalar exponent makes loop
     invariants (``narrow_sign_factors``), applied in float32: a zero base's result is 0 (y > 0),
     a negative base's is multiplied by its factor, exactly.  (Through ``pow_narrow_sign`` in
-    float64, widening each base and result, the pass took 3.5 of the 19 ms of 10M float32
-    ** 3.7 with half the bases negative on one Zen 4 core.)  False, doing nothing, for other
+    float64, widening each base and result, the pass was a large part of the call; the
+    measurements: docs/design.md, "The fix-up pass".)  False, doing nothing, for other
     exponents (``pow_fixup`` then runs)."""
     if not (y > 0.0 and y < math.inf):
         return False
@@ -621,7 +617,7 @@ def _gather(x, start, stride, y, table, ov):  # pragma: no cover - overloaded be
 def _gather_impl(x, start, stride, y, table, ov):
     """ov[j] = table[x[start + j * stride]]: a half-type base's bits mapped through its table.
     Other bases, and array exponents, never get a table and compile to nothing here (the
-    gather's loops cost 0.2-0.5 s of a kernel's first compile)."""
+    gather's loops would lengthen their kernels' first compile)."""
     if x.dtype != types.uint16 or isinstance(y, types.Array):
         return lambda x, start, stride, y, table, ov: None
 
@@ -631,11 +627,11 @@ def _gather_impl(x, start, stride, y, table, ov):
             for j in range(n):
                 ov[j] = table[x[start + j * stride]]
             return
-        # Four indices per load: one 8-byte load and shifts instead of four 2-byte loads take
-        # the loop from 0.40 to 0.28 ns per element on one core (10M float16, Zen 4); the
-        # gather itself stays scalar (LLVM's vectorized gather and AVX-512's vpgatherdd were
-        # no faster).  Unsigned positions: numba's wraparound of negative indices cost a
-        # compare and a select per store.
+        # Four indices per load: one 8-byte load and shifts instead of four 2-byte loads make
+        # the loop faster (docs/design.md, "Half-type tables"); the gather itself stays scalar
+        # (LLVM's vectorized gather and AVX-512's vpgatherdd were no faster).  Unsigned
+        # positions: numba's wraparound of negative indices cost a compare and a select per
+        # store.
         xv = x[start : start + n]
         for k in range(n // 4):
             j = types.uint64(4 * k)
@@ -679,13 +675,12 @@ def _apply_elementwise(op, xv, xkind, yv, ykind, ov, imin):
 
 
 # float32 GENERAL chunks go in blocks of BLOCK elements, in two loops: t = y log2|x| into a
-# stack buffer (in L1), then 2**t.  In one loop (57 instructions per 4 elements) each
-# element's dependency chain, a division and two polynomials, was so long that the
-# out-of-order window held too few elements to keep the core busy; apart, each chain is half
-# as long.  Full blocks have a constant trip count, so LLVM unrolls each loop by two and loads
-# each constant once per 8 elements.  Measured on 10M float32 (medians of 25 interleaved
-# calls): x ** 3.7 17.7 -> 15.8 ms, same-shape exponents 18.7 -> 16.8, a row 18.4 -> 16.3;
-# the price is 0.4-0.9 s more on the kernel's first (cold-cache) compile.
+# stack buffer (in L1), then 2**t.  In one loop each element's dependency chain, a division
+# and two polynomials, was so long that the out-of-order window held too few elements to keep
+# the core busy; apart, each chain is half as long.  Full blocks have a constant trip count, so
+# LLVM unrolls each loop by two and loads each constant once per 8 elements.  The price is a
+# longer first (cold-cache) compile of the kernel.  The measurements: docs/design.md, "Float
+# arithmetic without libm" and "Compile time".
 BLOCK = 1024
 
 
@@ -701,9 +696,8 @@ def _apply_narrow_general(op, xv, xkind, yv, ykind, ov, imin):
 
 def _apply_half_general(op, xv, xkind, yv, ykind, ov, imin):
     # Half bases take the sign rules inline (``_fix_signs`` skips them), in one loop: with the
-    # result narrowed to a half type, LLVM vectorizes it better than the bare |x|**y one
-    # (3.6 vs 5.7 ns/element per core), and than float32's two loops (float16 x ** 3.7 on
-    # 10M elements: 20 ms here, 31 ms in two loops).
+    # result narrowed to a half type, LLVM vectorizes it better than the bare |x|**y one, and
+    # than float32's two loops (docs/design.md, "Float arithmetic without libm").
     for j in range(ov.size):
         xw = widen(xv[j], xkind)
         yw = exponent_as_f64(_at(yv, j), ykind)
@@ -727,9 +721,9 @@ def _narrow_exp2_block(tb, os, n):  # pragma: no cover - overloaded below
 @helper_overload(_narrow_exp2_block, inline="always")
 def _narrow_exp2_block_impl(tb, os, n):
     """os[j] = 2**tb[j] rounded to float32, j < n.  On AVX-512 by ``narrow_exp2_vectors`` (a
-    16-entry table by register permutes, a polynomial of degree 6 instead of 8: 10M elements
-    on one Zen 4 core, in L1, 6.0 -> 4.7 ms); else ``narrow_exp2``, which AVX2, without a
-    fast permute of 16 doubles, keeps table-free."""
+    16-entry table by register permutes, a polynomial of degree 6 instead of 8: faster, see
+    docs/design.md); else ``narrow_exp2``, which AVX2, without a fast permute of 16 doubles,
+    keeps table-free."""
     if vector_bits() == 512:
         return lambda tb, os, n: narrow_exp2_vectors(tb, os, n)
 
@@ -743,22 +737,16 @@ def _narrow_exp2_block_impl(tb, os, n):
 def _apply_wide_general(op, xv, xkind, yv, ykind, ov, imin):
     # Blocks of BLOCK elements, each in two loops: log into the output and a stack buffer
     # (in L1), then exp.  In one loop, LLVM's cost model turned vectorization down (four
-    # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize, 2x faster.
-    # The buffer is small on purpose: a whole chunk's (128 KiB) cost LLVM 7 s of compile time.
-    # An array of exponents is read only by the exp loop, so the hardware's stream prefetch
-    # loses it during each log loop: each block first asks for the next block's exponents in
-    # L2.  10M float64 x ** y on an Intel Xeon (AVX-512), medians of 15 interleaved calls:
-    # one thread 45.8 -> 39.7 ms, two 24.6 -> 20.9 ms, bit-identical; x ** 3.7 and a row of
-    # exponents unchanged.  (Asking for the bases too made those 10% slower; for float32
-    # exponents, 8% slower.)  Not on AMD Zen: on a Zen 3 (AVX2) one thread ran 2-5% slower
-    # with the hint (medians of 41 interleaved calls: 77.9 vs 76.1 ms, 77.5 vs 75.5), two
-    # threads alike (39.4 vs 39.0 ms); Zen 4 not measured.
-    # One call site, with the block's length a variable: a call for the whole blocks with the
-    # constant BLOCK compiled ``_wide_block`` a second time, 0.4-0.6 s more on the first
-    # float64 call (2.6 vs 3.0-3.3 s in a fresh process with an empty cache, Zen 3), and ran
-    # no faster: 10M float64 on one thread, medians of 41 interleaved calls, with that call /
-    # without, x ** 3.7 47.9 / 47.8 ms and same-shape exponents 52.4 / 53.0 (two threads
-    # 24.0 / 23.9, 26.3 / 26.5).
+    # table lookups that AVX2 cannot gather quickly); apart, both loops vectorize and run
+    # faster.  The buffer is small on purpose: a whole chunk's (128 KiB) made LLVM's compile far
+    # longer.  An array of exponents is read only by the exp loop, so the hardware's stream
+    # prefetch loses it during each log loop: each block first asks for the next block's
+    # exponents in L2, bit-identical and faster on the Intel Xeon measured.  (Asking for the bases
+    # too, or for float32 exponents, was slower.)  Not on AMD Zen, where the hint made one thread
+    # slightly slower.  One call site, with the block's length a variable: a call for the whole
+    # blocks with the constant BLOCK compiled ``_wide_block`` a second time, a longer first
+    # float64 call, and ran no faster.  The measurements: docs/design.md, "Float arithmetic
+    # without libm" and "Compile time".
     low = stack_array(BLOCK, 0.0)
     bad = False
     for s in range(0, ov.size, BLOCK):
@@ -792,12 +780,11 @@ def _wide_block(xv, yv, ykind, ov, s, n, low):
 
     The common block has no zero, subnormal, infinite or NaN base and no infinite or NaN
     exponent, so neither the subnormal scaling nor the C99 rules beyond a negative base's sign
-    are paid per element (10M float64 ** 3.7 on one thread, Zen 4: the exp loop took 2.2 ns
-    per element with them, 1.1 without).  The loops find out as they go (the bits of |x| in
+    are paid per element (they would slow the exp loop markedly: docs/design.md, "Float
+    arithmetic without libm").  The loops find out as they go (the bits of |x| in
     [2**52, 0x7FF << 52), and of |y| below 0x7FF << 52: unsigned min and max, which
     vectorize), and only a block that has such an element is computed again with them.  (A
-    scan of each chunk first, as it came from memory and before any arithmetic, cost 4 of
-    the 37 ms of that one-thread x ** 3.7.)
+    scan of each chunk first, as it came from memory and before any arithmetic, cost more.)
     """
     xs, ys, os = _block(xv, s), _block(yv, s), _block(ov, s)
     lo = _U64(0xFFFFFFFFFFFFFFFF)
@@ -825,8 +812,8 @@ def _clean_exp(xs, ys, ykind, os, n, low):  # pragma: no cover - overloaded belo
     raise NotImplementedError
 
 
-# (A call LLVM inlines: inlined by numba, it was lowered twice, 0.7 s more on the float64
-# kernel's first compile.)
+# (A call LLVM inlines: inlined by numba, it was lowered twice, a longer first compile of the
+# float64 kernel.)
 @helper_overload(_clean_exp)
 def _clean_exp_impl(xs, ys, ykind, os, n, low):
     """os[j] = x ** y from log|x| = os[j] + low[j] for normal finite bases
@@ -834,9 +821,8 @@ def _clean_exp_impl(xs, ys, ykind, os, n, low):
     if not, the results are garbage).  On AVX-512, for a scalar exponent or float64 ones, by
     ``exp_wide_vectors``: the same arithmetic with the table factors by register permutes
     in one loop, against this loop for same-shape exponents and, for a scalar one, three
-    loops that kept the gathers out with two scratch buffers (10M float64 on Zen 4, medians
-    of 21 interleaved calls; one thread: x ** y 46.0 -> 39.9 ms, x ** 3.7 37.4 -> 33.7 ms;
-    two: 24.1 -> 20.9 ms and 20.2 -> 17.0 ms).  Elsewhere, and for exponents of other types,
+    loops that kept the gathers out with two scratch buffers, faster than both (docs/design.md,
+    "Float arithmetic without libm").  Elsewhere, and for exponents of other types,
     the loop LLVM vectorizes, gathering the table entries."""
     if vector_bits() == 512:
         if not isinstance(ys, types.Array):
@@ -866,8 +852,8 @@ def _clean_exp_impl(xs, ys, ykind, os, n, low):
 # asks the classes bound by memory to write the result past the caches.  ``table`` is empty,
 # or for a half-type base (uint16 bits) the class's results for all 65,536 bases: then the
 # kernel maps X through it instead of computing.  The gather lives in every class's kernel,
-# so it costs no compilation of its own (a separate parallel kernel took 1.2 s more on the
-# first call).
+# so it costs no compilation of its own (a separate parallel kernel made the first call much
+# longer).
 @kernel(parallel=True, error_model="numpy")
 def pow_square(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, table, flags,
                stream):  # fmt: skip

@@ -266,7 +266,7 @@ def _special_rules(m, x, y):
 # into four scalar loads, which cost as much as this division.)  On AVX-512, float32 bases
 # take their exp step from ``narrow_exp2_vectors`` instead: a 16-entry table fits in two
 # registers there.  Its results and ``narrow_exp2``'s differ only where 2**t lies within about
-# 2**-48 of a float32 rounding boundary (none in 2 * 10**7 random float32 x ** y).
+# 2**-48 of a float32 rounding boundary (rare: docs/design.md, "Float arithmetic without libm").
 
 
 @_jit
@@ -317,7 +317,7 @@ def pow_narrow_abs(x, y):
     trap): ``pow_narrow_sign`` fixes zero bases and signs, the caller's slow path the rest.
 
     The float32 kernel runs its two halves, ``narrow_log_term`` and ``narrow_exp2``, in
-    separate loops over a block of elements (``power._apply_narrow_general``); half bases
+    separate loops over a block of elements (``kernels._apply_narrow_general``); half bases
     take it whole.
     """
     return narrow_exp2(narrow_log_term(x, y))
@@ -490,7 +490,7 @@ def pow_narrow_sign(x, y, m):
 def narrow_sign_factors(y):
     """``pow_narrow_sign``'s factors for a finite y as float32: (for a zero base, for any other
     negative one).  With them, a float32 loop over one scalar y applies its rules in float32
-    lanes, without widening each element (``power._scalar_signs``)."""
+    lanes, without widening each element (``kernels._scalar_signs``)."""
     odd = np.float32(-1.0) if _is_odd(y) else np.float32(1.0)
     return odd, odd if _is_int(y) else np.float32(_NAN)
 
@@ -611,9 +611,8 @@ def _exp_factor_vectors(builder, ki):
     """(P[j], PLO[j], ``exp_scale(ki)``) for 8 lanes of ``exp_reduce``'s bits ``ki``, the bits
     the tables hold, without a gather: two permutes of the coarse table (16 entries in two
     registers, ``vpermi2pd``), two of the fine one (8 entries, ``vpermpd``) and the product of
-    the factors as ``_exp_tables`` computes it.  AVX-512F only.  (Gathers were 40% of a
-    float64 x**y on Zen 4: 10M elements on one core, 37 ms with the four of log and exp, 22 ms
-    with constant indices.)"""
+    the factors as ``_exp_tables`` computes it.  AVX-512F only.  (Gathers were a large part of
+    a float64 x**y: docs/design.md, "Float arithmetic without libm".)"""
     q8 = ki.type
     d8 = ir.VectorType(ir.DoubleType(), q8.count)
     module = builder.module

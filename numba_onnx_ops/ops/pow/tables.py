@@ -1,7 +1,7 @@
 """A small, bounded, thread-safe cache of Pow result tables for half-type bases.
 
 A float16 or bfloat16 base has 65,536 bit patterns, so with one exponent the whole operator is
-a table of 65,536 results (128 KiB, in L2 while a tensor streams through it).  The front layer
+a table of 65,536 results (128 KiB, in L2 while a tensor streams through it).  ``plan``
 builds a table with the ordinary kernels and keeps the few most recently used ones here.
 """
 
