@@ -158,6 +158,36 @@ def test_import_numba_onnx_ops_does_not_import_onnx():
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
+# Makes onnx unimportable in a fresh interpreter, as if it were not installed.
+_WITHOUT_ONNX = """
+import sys
+
+class NoOnnx:
+    def find_spec(self, name, path=None, target=None):
+        if name == "onnx" or name.startswith("onnx."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, NoOnnx())
+import numba_onnx_ops
+try:
+    import {module}
+except ImportError as error:
+    print(type(error).__name__, error)
+"""
+
+
+@pytest.mark.parametrize("module", ["numba_onnx_ops.backend", "numba_onnx_ops.reference"])
+def test_import_without_onnx_says_what_to_install(module):
+    code = _WITHOUT_ONNX.replace("{module}", module)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    # An ImportError (not ModuleNotFoundError: the package is installed) naming the extra.
+    assert result.stdout.startswith("ImportError "), result.stdout
+    assert "pip install 'numba_onnx_ops[onnx]'" in result.stdout
+
+
 def test_devices():
     assert Backend.supports_device("CPU")
     assert not Backend.supports_device("CUDA")
@@ -317,19 +347,20 @@ def test_dtype_follows_the_version(op, dtype, allowed_from):
 
 
 def test_unsupported_operator_is_named():
+    # An operator neither numba_onnx_ops nor onnx's reference evaluator implements.
     model = _model(
         [
             helper.make_node("MatMul", ["x", "x"], ["y"]),
-            helper.make_node("Relu", ["y"], ["z"], name="relu0"),
+            helper.make_node("Frobnicate", ["y"], ["z"], name="frob0"),
         ],
         [_value_info("x", np.float32, [2, 2])],
         [_value_info("z", np.float32, [2, 2])],
         13,
     )
     assert not Backend.is_compatible(model)
-    with pytest.raises(NotImplementedError, match=r"operator 'Relu' \(node 'relu0'\)"):
+    with pytest.raises(NotImplementedError, match=r"operator 'Frobnicate' \(node 'frob0'\)"):
         Backend.prepare(model)
-    with pytest.raises(NotImplementedError, match="'Relu'"):
+    with pytest.raises(NotImplementedError, match="'Frobnicate'"):
         Backend.run_node(model.graph.node[1], [_floats(2, 2)])
 
 
