@@ -15,13 +15,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from . import __version__, matmul, pow, resolve_version
 from . import bench as _bench
-from . import matmul, pow, resolve_version
 from .integrations import zarr_stream as _stream
+
+# Exit statuses of every command.
+OK, DISAGREE, USAGE, CANNOT_RUN = 0, 1, 2, 3
+EXIT_STATUS = (
+    f"exit status: {OK} done, every result checked agrees; {DISAGREE} a result of "
+    f"numba_onnx_ops disagrees with the reference; {USAGE} usage error: a bad option or value, "
+    f"or an output file that cannot be written (checked before anything runs); {CANNOT_RUN} "
+    "the command cannot run here: an optional extra is not installed (matplotlib for --plot, "
+    "dask for stream), the dask scheduler does not answer, or writing an output failed"
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 ok, 1 a wrong result, 2 usage)."""
+    """Run the command line; return the exit status (see ``EXIT_STATUS``)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
@@ -37,7 +47,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m numba_onnx_ops",
         description="Without a command: a short demonstration of MatMul and Pow and a short "
         "peer comparison (well under a minute).",
+        epilog=EXIT_STATUS,
     )
+    parser.add_argument("--version", action="version", version=f"numba_onnx_ops {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = commands.add_parser(
         "bench",
@@ -45,8 +57,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types) "
         "and onnxruntime (when installed) side by side on MatMul and Pow cases: results are "
         "checked to agree first, then the contenders are timed interleaved; the table gives "
-        "medians and speed-up = best peer's median / ours. Progress goes to stderr, the table "
-        "to stdout. Exit status 1 if any result of ours disagrees.",
+        "medians, the spread of each (± half the interquartile range of its samples) and "
+        "speed-up = best peer's median / ours. The machine's limits, measured before and after "
+        "the cases, come with a warning when they show that other programs took the machine "
+        "meanwhile. Progress goes to stderr, the table to stdout.",
+        epilog=EXIT_STATUS,
     )
     size = bench.add_mutually_exclusive_group()
     size.add_argument(
@@ -85,8 +100,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--plot", metavar="FILE", help="also draw a bar chart to this PNG (needs matplotlib)"
     )
-    _stream.add_parser(commands)
+    _stream.add_parser(commands, epilog=EXIT_STATUS)
     return parser
+
+
+def _cannot_run(parser: argparse.ArgumentParser, problem: str) -> int:
+    print(f"{parser.prog}: error: {problem}", file=sys.stderr)
+    return CANNOT_RUN
 
 
 def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> int:
@@ -102,9 +122,16 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             for first in _bench.select_first_calls(args.cases):
                 label = f"first call, {first.label}"
                 print(f"{first.name:28} {label:48}  target <= {first.limit:g} s")
-        return 0
-    if args.plot and (problem := _bench.check_plot_available()):
-        parser.error(problem)
+        return OK
+    # Every output is checked now, not after minutes of timing.
+    for option, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
+        if path and (problem := _bench.output_problem(path)):
+            parser.error(f"{option} {path}: {problem}")
+    if args.plot:
+        if problem := _bench.check_plot_available():
+            return _cannot_run(parser, problem)
+        if problem := _bench.plot_path_problem(args.plot):
+            parser.error(f"--plot {args.plot}: {problem}")
     env = _bench.environment()
     say = _bench.stderr_progress
     say(_bench.environment_line(env))
@@ -113,38 +140,66 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             f"note: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} is set, which can slow numpy's "
             "BLAS; for a fair comparison unset it (and OPENBLAS_L2_SIZE) for this command"
         )
+    timed = args.size != "tiny"  # tiny times mean nothing, nor would the limits
+    if timed:
+        say("measuring the machine's limits before the cases")
+        env["limits_before"] = _bench.measure_limits()
     start = time.perf_counter()
     rows = _bench.run_comparison(cases, args.size, progress=say)
     spreads, first_calls = {}, {}
-    if args.targets and args.size != "tiny":
+    if args.targets and timed:
         spreads = _bench.run_spreads(rows, progress=say)
         first_calls = _bench.run_first_calls(_bench.select_first_calls(args.cases), progress=say)
-    if args.size != "tiny":  # tiny times mean nothing, nor would the limits
-        say("measuring the machine's limits")
+    warnings = []
+    if timed:
+        say("measuring the machine's limits after the cases")
         env["limits"] = _bench.measure_limits()
+        warnings = _bench.busy_signs(env["limits_before"], env["limits"])
     print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
     print(_bench.environment_line(env))
-    if "limits" in env:
-        print(_bench.limits_line(env["limits"]))
+    if timed:
+        print(_bench.limits_line(env["limits_before"], "before the cases"))
+        print(_bench.limits_line(env["limits"], "after the cases"))
+    if warnings:
+        print(_busy_warning(warnings))
     print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
     if rows:  # (none when the patterns name first-call targets only)
         print(_bench.format_table(rows, targets=args.targets))
     for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
         print(line)
-    say(f"\n{len(rows)} cases in {time.perf_counter() - start:.0f} s")
-    if args.csv:
-        _bench.write_csv(rows, args.csv, targets=args.targets)
-        say(f"wrote {args.csv}")
-    if args.json:
-        _bench.write_json(
-            rows, args.json, env, targets=args.targets, spreads=spreads, first_calls=first_calls
-        )
-        say(f"wrote {args.json}")
-    if args.plot:
-        _bench.plot(rows, args.plot, env, targets=args.targets)
-        say(f"wrote {args.plot}")
-    return 0 if all(row.ours_ok for row in rows) else 1
+    say(f"\n{_bench.plural(len(rows), 'case')} in {time.perf_counter() - start:.0f} s")
+    if warnings:  # again where the progress goes, in case the table goes to a file
+        say(_busy_warning(warnings))
+    try:
+        if args.csv:
+            _bench.write_csv(rows, args.csv, targets=args.targets)
+            say(f"wrote {args.csv}")
+        if args.json:
+            _bench.write_json(
+                rows,
+                args.json,
+                env,
+                targets=args.targets,
+                spreads=spreads,
+                first_calls=first_calls,
+                warnings=warnings,
+            )
+            say(f"wrote {args.json}")
+        if args.plot:
+            _bench.plot(rows, args.plot, env, targets=args.targets, warnings=warnings)
+            say(f"wrote {args.plot}")
+    except OSError as exc:
+        return _cannot_run(parser, f"could not write {exc.filename}: {exc.strerror}")
+    return OK if all(row.ours_ok for row in rows) else DISAGREE
+
+
+def _busy_warning(signs: Sequence[str]) -> str:
+    return (
+        "WARNING: the machine looks busy, so the times and speed-ups of this run may be far off: "
+        + "; ".join(signs)
+        + ". Rerun with the machine otherwise idle."
+    )
 
 
 def demo() -> int:
@@ -152,7 +207,8 @@ def demo() -> int:
     start = time.perf_counter()
     print("numba_onnx_ops: the ONNX operators MatMul and Pow as numba-compiled kernels")
     print(_bench.environment_line(_bench.environment()))
-    print("(the first call per dtype and path compiles its kernel; numba caches it on disk)\n")
+    print("(a first call per dtype and path compiles its kernels, or loads them from numba's")
+    print(" on-disk cache where an earlier run compiled them)\n")
     np.set_printoptions(precision=4, suppress=True)
     ok = True
     # The examples use the dtypes of the comparison below, so they compile nothing extra but
@@ -197,13 +253,14 @@ def demo() -> int:
     print(_bench.format_table(rows))
     ok &= all(row.ours_ok for row in rows)
     print(f"\ndone in {time.perf_counter() - start:.1f} s" + ("" if ok else "; RESULTS DISAGREE"))
-    return 0 if ok else 1
+    return OK if ok else DISAGREE
 
 
 def _show(what: str, call, expected: np.ndarray, *, exact: bool = True) -> bool:
-    t0 = time.perf_counter()
-    got = call()
-    seconds = time.perf_counter() - t0
+    with _bench.numba_work() as work:
+        t0 = time.perf_counter()
+        got = call()
+        seconds = time.perf_counter() - t0
     if exact:
         agree = got.dtype == expected.dtype and np.array_equal(got, expected)
     else:
@@ -212,7 +269,10 @@ def _show(what: str, call, expected: np.ndarray, *, exact: bool = True) -> bool:
         )
     result = np.array2string(got, separator=", ").replace("\n", "")
     print(f"   {what}\n     = {result}")
-    print(f"     numpy {'agrees' if agree else 'DISAGREES'}; first call {seconds:.2f} s")
+    print(
+        f"     numpy {'agrees' if agree else 'DISAGREES'}; first call {seconds:.2f} s "
+        f"({_bench.fmt_numba_work(work)})"
+    )
     return bool(agree)
 
 

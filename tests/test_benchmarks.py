@@ -125,6 +125,8 @@ def test_every_benchmark_runs_over_its_full_grid(cls):
             result = getattr(bench, name)(*combo)
             if name.startswith("track_"):
                 assert math.isfinite(result) and result > 0, (name, combo, result)
+        if hasattr(bench, "teardown"):  # as asv does: ZarrStream's files go
+            bench.teardown(*combo)
         ran += 1
     assert ran + skipped == len(grid) and ran > skipped
 
@@ -460,3 +462,67 @@ def test_targets_are_a_developer_option(capsys):
     assert main(["bench", "--size", "tiny", "--cases", "matmul-f32-4x4", "--targets"]) == 0
     header = next(line for line in capsys.readouterr().out.splitlines() if "| case" in line)
     assert "| target" in header and "| met" in header
+
+
+# --------------------------------------------------------------------------------------------
+# What the numbers are worth: the spread of each median, and a warning on a busy machine
+
+
+def _limits(all_threads: float, one_thread: float, copy_ms: float, cores: int | None = 2) -> dict:
+    peak = {"threads": 2, "cores": cores, "gflops_all_threads": all_threads,
+            "gflops_one_thread": one_thread}  # fmt: skip
+    return {"fma_peak": peak, "copy": {"bytes": 40_000_000, "seconds": copy_ms / 1e3, "gbps": 1}}
+
+
+IDLE = _limits(116, 60, 2.2)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "signs"),
+    [
+        (IDLE, _limits(112, 61, 2.4), []),
+        # the FMA peak and the copy of a run on a loaded machine, against an idle one's
+        (IDLE, _limits(76, 60, 10.9), ["FMA peak was 116 GFLOP/s before the cases and 76 after",
+                                       "copy took 2.20 ms before the cases and 10.90 ms after",
+                                       "after the cases, 2 threads on 2 cores ran FMAs 1.3"]),
+        # two threads no faster than one on two cores: a core was taken all along
+        (_limits(66, 60, 2.2), _limits(66, 60, 2.2), ["2 threads on 2 cores ran FMAs 1.1"] * 2),
+        # ... as they should be on one core's two hardware threads
+        (_limits(62, 60, 2.2, cores=1), _limits(62, 60, 2.2, cores=1), []),
+    ],
+)  # fmt: skip
+def test_busy_signs_read_the_limits_before_and_after_the_cases(before, after, signs):
+    got = _bench.busy_signs(before, after)
+    assert len(got) == len(signs)
+    for line, sign in zip(got, signs):
+        assert sign in line
+
+
+def test_bench_warns_when_the_machine_looks_busy(monkeypatch, tmp_path, capsys):
+    args = ["bench", "--quick", "--cases", "matmul-f32-4x4", "--json", str(tmp_path / "b.json")]
+    for after, busy in ((IDLE, False), (_limits(76, 60, 10.9), True)):
+        monkeypatch.setattr(_bench, "measure_limits", iter([IDLE, after]).__next__)
+        assert main(args) == 0
+        out, err = capsys.readouterr()
+        data = json.loads((tmp_path / "b.json").read_text())
+        assert data["environment"]["limits_before"] == IDLE
+        assert data["environment"]["limits"] == after
+        assert ("WARNING: the machine looks busy" in out) == busy == bool(data["warnings"])
+        assert ("WARNING: the machine looks busy" in err) == busy
+        assert "machine limits before the cases: float32 FMA peak 116 GFLOP/s" in out
+
+
+def test_medians_come_with_the_spread_of_their_samples(tmp_path):
+    row = _bench.run_case(_case("pow-f32-e3.7"), "tiny")
+    assert set(row.quartiles) == set(row.times) and row.times
+    for name, (q1, q3) in row.quartiles.items():
+        assert q1 <= row.times[name] <= q3
+    ours = _bench.OURS
+    row.times[ours], row.quartiles[ours] = 1e-3, (0.9e-3, 1.1e-3)
+    table = _bench.format_table([row])
+    assert "| 1 ms ±10% " in table and "- ±: the spread of the samples behind each median" in table
+    record = _bench.row_record(row)
+    assert (record["numba_onnx_ops_q1_s"], record["numba_onnx_ops_q3_s"]) == (0.9e-3, 1.1e-3)
+    _bench.write_json([row], tmp_path / "b.json", {})
+    (saved,) = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert saved["numba_onnx_ops_q1_s"] == 0.9e-3

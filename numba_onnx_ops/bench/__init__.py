@@ -11,13 +11,14 @@
    sample (as many back-to-back calls as last a few milliseconds), after a pause that lets the
    previous contender's worker threads stop spinning; the order changes from round to round so
    that each contender follows each other equally often, and the median sample per contender is
-   kept,
+   kept, with the interquartile range of the samples as its spread,
 4. reports ``speed-up = best peer's median / ours`` (:mod:`.report`, :mod:`.plot`): above 1 this
    library is faster.  ``--targets`` adds the speed-up each case aims for, and the targets on
    our times alone: their spread over input distributions, and first calls in a fresh process
    with an empty numba cache (:data:`.cases.FIRST_CALLS`).  Above the table,
-   the machine's limits measured after the cases (:mod:`.limits`): the float32 FMA peak and
-   the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be read.
+   the machine's limits measured before and after the cases (:mod:`.limits`): the float32 FMA
+   peak and the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be
+   read, and a warning when they show that something else used the machine.
 
 :mod:`.runner` ties the steps together.  matplotlib is needed only for ``--plot``.
 """
@@ -39,21 +40,24 @@ from .cases import (
 )
 from .checking import POW_ULPS, check
 from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
-from .limits import limits_line
+from .limits import busy_signs, limits_line
 from .limits import measure as measure_limits
-from .plot import check_plot_available, plot
+from .plot import check_plot_available, plot, plot_path_problem
 from .report import (
     environment,
     environment_line,
     first_call_lines,
+    fmt_numba_work,
     format_table,
+    output_problem,
+    plural,
     row_record,
     spread_lines,
     stderr_progress,
     write_csv,
     write_json,
 )
-from .runner import Row, run_case, run_comparison, run_first_calls, run_spreads
+from .runner import Row, numba_work, run_case, run_comparison, run_first_calls, run_spreads
 from .timing import SIZES, TIMINGS, Timing, steady_call_time, time_interleaved, wait_until_idle
 
 __all__ = [
@@ -77,16 +81,22 @@ __all__ = [
     "Spread",
     "Timing",
     "Unavailable",
+    "busy_signs",
     "check",
     "check_plot_available",
     "environment",
     "environment_line",
     "first_call_lines",
+    "fmt_numba_work",
     "format_table",
     "limits_line",
     "make_inputs",
     "measure_limits",
+    "numba_work",
+    "output_problem",
     "plot",
+    "plot_path_problem",
+    "plural",
     "row_record",
     "run_case",
     "run_comparison",

@@ -10,11 +10,13 @@
   and can beat it.)
 
 Both are medians of a few runs; like every figure of the comparison, they move with what else
-the machine runs.
+the machine runs, which is why they are measured both before and after the cases:
+:func:`busy_signs` reads the two for signs that the times are not the machine's own.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -29,6 +31,12 @@ from ..runtime.vectors import vector_fma
 
 _CHAINS = 12  # accumulators: FMA latency (4 cycles) x 2 pipes, with room to spare
 _COPY_ELEMENTS = 10_000_000
+# busy_signs: a limit that moves by more than this factor between before and after the cases
+# says that the load on the machine changed meanwhile, more than the noise of a median can.
+MOVED = 1.25
+# ... and threads on cores of their own run FMA chains each at nearly one thread's rate (less
+# only by the lower clock of all cores busy); below this share of it, they waited for cores.
+SCALING = 0.65
 
 
 def _fma_chains(lanes: int):
@@ -128,9 +136,24 @@ def fma_peak(seconds: float = 0.05, runs: int = 5) -> dict[str, float] | None:
 
     return {
         "threads": threads,
+        "cores": physical_cores(),
         "gflops_one_thread": rate(lambda: one(steps), 1),
         "gflops_all_threads": rate(lambda: every(steps, out), threads),
     }
+
+
+def physical_cores() -> int | None:
+    """The cores this process may run on, counting a core's hardware threads once (they share
+    its FMA pipes), or ``None`` where the topology cannot be read."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(os.cpu_count())
+    cores = set()
+    for cpu in cpus:
+        try:
+            with open(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list") as f:
+                cores.add(f.read().strip())
+        except OSError:
+            return None
+    return len(cores) or None
 
 
 def copy_rate(elements: int = _COPY_ELEMENTS, runs: int = 7) -> dict[str, float]:
@@ -152,7 +175,38 @@ def measure() -> dict[str, object]:
     return {"fma_peak": fma_peak(), "copy": copy_rate()}
 
 
-def limits_line(limits: dict[str, object]) -> str:
+def busy_signs(before: dict, after: dict) -> list[str]:
+    """Signs, in the limits measured before and after the cases, that something else used the
+    machine meanwhile (so that the times are not the machine's own): a limit that moved by more
+    than :data:`MOVED`, or threads whose FMA rate did not scale with the cores they had."""
+    signs = []
+    peaks = before.get("fma_peak"), after.get("fma_peak")
+    for key, what in (("gflops_all_threads", "peak"), ("gflops_one_thread", "rate of one thread")):
+        rates = [peak[key] for peak in peaks] if all(peaks) else [1.0]
+        if max(rates) > MOVED * min(rates):
+            signs.append(
+                f"the float32 FMA {what} was {rates[0]:.0f} GFLOP/s before the cases and "
+                f"{rates[1]:.0f} after"
+            )
+    copies = [limits["copy"]["seconds"] for limits in (before, after)]
+    if max(copies) > MOVED * min(copies):
+        signs.append(
+            f"the copy took {copies[0] * 1e3:.2f} ms before the cases and "
+            f"{copies[1] * 1e3:.2f} ms after"
+        )
+    for when, peak in zip(("before", "after"), peaks):
+        free = min(peak["threads"], peak.get("cores") or 0) if peak else 0
+        if free > 1:
+            scaling = peak["gflops_all_threads"] / peak["gflops_one_thread"]
+            if scaling < SCALING * free:
+                signs.append(
+                    f"{when} the cases, {peak['threads']} threads on {free} cores ran FMAs "
+                    f"{scaling:.1f} times as fast as one thread (idle: about {free})"
+                )
+    return signs
+
+
+def limits_line(limits: dict[str, object], when: str = "in this run") -> str:
     peak = limits.get("fma_peak")
     copy = limits["copy"]
     parts = []
@@ -165,4 +219,4 @@ def limits_line(limits: dict[str, object]) -> str:
         f"copy of {copy['bytes'] / 1e6:.0f} MB {copy['seconds'] * 1e3:.2f} ms "
         f"({copy['gbps']:.0f} GB/s read + written)"
     )
-    return "machine limits in this run: " + "; ".join(parts)
+    return f"machine limits {when}: " + "; ".join(parts)

@@ -10,6 +10,7 @@ import platform
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import ml_dtypes
@@ -93,6 +94,34 @@ def fmt_ratio(ratio: float) -> str:
     return f"{ratio:.2f}" if ratio >= 0.1 else f"{ratio:.2g}"
 
 
+def fmt_spread(row: Row, name: str) -> str:
+    """The spread of a contender's median: half its samples' interquartile range, as a share of
+    the median (``±3%``), or ``""`` without samples."""
+    if name not in row.quartiles:
+        return ""
+    q1, q3 = row.quartiles[name]
+    share = 100 * (q3 - q1) / 2 / row.times[name]
+    return f"±{share:.0f}%" if share >= 1 else f"±{share:.1f}%"
+
+
+def fmt_median(row: Row, name: str) -> str:
+    return f"{fmt_time(row.times[name])} {fmt_spread(row, name)}".rstrip()
+
+
+def fmt_numba_work(work: Mapping[str, int]) -> str:
+    """What numba did during a call, from ``runner.numba_work``."""
+    if work.get("compiled"):
+        return f"compiled {plural(work['compiled'], 'numba function')}"
+    if work.get("locked"):
+        return "kernels loaded from numba's on-disk cache"
+    return "nothing compiled or loaded"
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 case``, ``2 cases``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def fmt_first_calls(row: Row) -> str:
     parts = [f"{n} {fmt_time(t)}" for n, t in row.first_call.items()]
     verdict = (
@@ -100,12 +129,13 @@ def fmt_first_calls(row: Row) -> str:
         if all(s in ("ok", "-") or s.startswith("n/a") for s in row.status.values())
         else "MISMATCH"
     )
-    return ", ".join(parts) + f" ({OURS} includes compiling); {verdict}"
+    work = f" ({OURS}: {fmt_numba_work(row.first_call_work)})" if row.first_call_work else ""
+    return ", ".join(parts) + f"{work}; {verdict}"
 
 
 def _cell(row: Row, name: str) -> str:
     if name in row.times:
-        return fmt_time(row.times[name])
+        return fmt_median(row, name)
     status = row.status.get(name, "-")
     return status.split(":", 1)[0] if status != "-" else "-"
 
@@ -147,8 +177,14 @@ def format_table(
     return "\n".join(out + ([""] + notes if notes else []))
 
 
+SPREAD_NOTE = (
+    "- ±: the spread of the samples behind each median, half their interquartile range as a "
+    "share of the median"
+)
+
+
 def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
-    notes = []
+    notes = [SPREAD_NOTE] if any(row.quartiles for row in rows) else []
     for row in rows:
         for name, status in row.status.items():
             if status not in ("ok", "-"):
@@ -191,8 +227,9 @@ def first_call_lines(first_calls: Mapping[FirstCall, Sequence[float]]) -> list[s
 
 
 def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
-    """A flat, JSON- and CSV-friendly record of one row (times in seconds); ``targets`` adds the
-    case's target speed-up and whether it was met."""
+    """A flat, JSON- and CSV-friendly record of one row (times in seconds, each median with the
+    first and third quartiles of its samples, ``_q1_s`` and ``_q3_s``; the numba functions our
+    first call compiled); ``targets`` adds the case's target speed-up and whether it was met."""
     (sa, sb), best = row.case.shapes_at(row.size), row.best_peer
     record: dict[str, Any] = {
         "case": row.case.name,
@@ -206,11 +243,15 @@ def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
     }
     for name in CONTENDERS:
         key = name.replace(" ", "_")
+        q1, q3 = row.quartiles.get(name, (None, None))
         record[f"{key}_s"] = row.times.get(name)
+        record[f"{key}_q1_s"] = q1
+        record[f"{key}_q3_s"] = q3
         record[f"{key}_status"] = row.status.get(name, "-")
     record.update(
         {
             "ours_first_call_s": row.first_call.get(OURS),
+            "ours_first_call_compiled": row.first_call_work.get("compiled"),
             "rounds": row.rounds,
             "best_peer": best[0] if best else None,
             "best_peer_s": best[1] if best else None,
@@ -241,12 +282,15 @@ def write_json(
     targets: bool = False,
     spreads: Mapping[Spread, dict[str, float]] | None = None,
     first_calls: Mapping[FirstCall, Sequence[float]] | None = None,
+    warnings: Sequence[str] = (),
 ) -> None:
-    """The environment and one record per row; with ``spreads``, also each spread target's
-    medians (seconds), limit and whether it held; with ``first_calls``, each first-call
-    target's times (seconds), limit and whether their median held."""
+    """The environment, the ``warnings`` (why the times may be off, from ``limits.busy_signs``)
+    and one record per row; with ``spreads``, also each spread target's medians (seconds), limit
+    and whether it held; with ``first_calls``, each first-call target's times (seconds), limit
+    and whether their median held."""
     data: dict[str, Any] = {
         "environment": env,
+        "warnings": list(warnings),
         "rows": [row_record(r, targets=targets) for r in rows],
     }
     if spreads:
@@ -273,6 +317,19 @@ def write_json(
     with open(path, "w") as f:
         json.dump(data, f, indent=1)
         f.write("\n")
+
+
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written, or ``None``: checked before a run, not after it."""
+    target = Path(path)
+    if target.is_dir():
+        return "is a directory"
+    folder = target.parent
+    if not folder.is_dir():
+        return f"no such directory: {folder}"
+    if not os.access(target if target.exists() else folder, os.W_OK):
+        return "permission denied"
+    return None
 
 
 def stderr_progress(message: str) -> None:

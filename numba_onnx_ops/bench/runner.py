@@ -2,26 +2,33 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from numba.core import event
 
 from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
 from .checking import check
 from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
-from .report import fmt_first_calls, fmt_ratio, fmt_time
+from .report import fmt_first_calls, fmt_median, fmt_ratio
 from .timing import TIMINGS, call_estimates, time_interleaved, wait_until_idle
 
 
 @dataclass
 class Row:
-    """The outcome of one case: median seconds per contender, or why there is none."""
+    """The outcome of one case: median seconds per contender, or why there is none.
+
+    ``quartiles`` holds the first and third quartiles of each contender's samples (the spread
+    of its median); ``first_call_work`` what numba did during our first call (``numba_work``).
+    """
 
     case: Case
     size: str
@@ -29,6 +36,8 @@ class Row:
     first_call: dict[str, float] = field(default_factory=dict)
     status: dict[str, str] = field(default_factory=dict)  # "ok", "n/a: ...", "wrong: ...", ...
     rounds: int = 0
+    quartiles: dict[str, tuple[float, float]] = field(default_factory=dict)
+    first_call_work: dict[str, int] = field(default_factory=dict)
 
     @property
     def best_peer(self) -> tuple[str, float] | None:
@@ -59,6 +68,30 @@ class Row:
         return self.status.get(OURS) == "ok"
 
 
+@contextlib.contextmanager
+def numba_work() -> Iterator[dict[str, int]]:
+    """What numba does while the block runs, in the dictionary yielded (filled at the end):
+    ``compiled``, the functions it compiles, and ``locked``, how often it takes its compiler
+    lock, which it also takes to load a function from its on-disk cache.  So ``compiled == 0 <
+    locked`` means that everything new came from that cache; both 0, that nothing was new."""
+    work: dict[str, int] = {}
+    with (
+        event.install_recorder("numba:compile") as compiles,
+        event.install_recorder("numba:compiler_lock") as locks,
+    ):
+        yield work
+    work["compiled"] = sum(e.is_start for _, e in compiles.buffer)
+    work["locked"] = sum(e.is_start for _, e in locks.buffer)
+
+
+def quartiles(samples: Sequence[float]) -> tuple[float, float]:
+    """The first and third quartiles of ``samples``."""
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q1, q3
+
+
 def run_case(
     case: Case,
     size: str = "full",
@@ -84,9 +117,12 @@ def run_case(
     for name in contenders:
         try:
             func = FACTORIES[name](case, a, b)
-            t0 = time.perf_counter()
-            out = func()
-            row.first_call[name] = time.perf_counter() - t0
+            with numba_work() as work:
+                t0 = time.perf_counter()
+                out = func()
+                row.first_call[name] = time.perf_counter() - t0
+            if name == OURS:
+                row.first_call_work = work
         except Unavailable as exc:
             row.status[name] = "-" if str(exc) == "-" else f"n/a: {exc}"
             continue
@@ -104,12 +140,13 @@ def run_case(
             say(f"  {name}: {status}")
     if not funcs:
         return row
-    # Not the first call, which for us includes compiling.
+    # Not the first call, which for us may compile kernels or load them from the cache.
     samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
     row.times = {name: statistics.median(s) for name, s in samples.items()}
+    row.quartiles = {name: quartiles(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))
     ratio = f"  speed-up {fmt_ratio(row.ratio)}" if row.ratio is not None else ""
-    medians = ", ".join(f"{n} {fmt_time(t)}" for n, t in row.times.items())
+    medians = ", ".join(f"{n} {fmt_median(row, n)}" for n in row.times)
     say(f"  median of {row.rounds} rounds: {medians}{ratio}")
     return row
 

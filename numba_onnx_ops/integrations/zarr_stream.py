@@ -8,8 +8,15 @@ kernel's high-water mark of each process that computed (reset before each stage)
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib
 import math
 import os
+import re
+import shutil
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -183,14 +190,52 @@ def check(data: dict) -> None:
                 raise AssertionError(f"rows {lo}:{lo + rows} differ from the in-memory call")
 
 
-def _size(text: str) -> int:
-    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    t = text.strip().lower().removesuffix("ib").removesuffix("b")
-    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+# ``stream`` command: sizes on the command line, in bytes.
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+SIZE_FORMATS = "bytes, or a number with k, M, G or T (powers of 1024; iB or B may follow): "
+SIZE_FORMATS += "4096, 512MiB, 1.5G"
+MIN_BYTES = 1 << 20  # --size and --chunk: smaller chunks spend more time in dask than in Pow
+# A worker process holds about this much of its own (Python, numba, dask, the kernels) before
+# any block, then up to this many chunks at once: a block, its float32 intermediates while the
+# inputs are made, the result, and the next task's block.
+WORKER_OWN_BYTES = 256 << 20
+WORKER_CHUNKS = 8
+MEMORY_LIMIT = 1 << 30  # per worker process, unless --memory-limit says otherwise
+DISK_PER_BYTE = 3.5  # the inputs x and a, the output y as large as x, and c half of a
+CONNECT_TIMEOUT_S = 10  # a scheduler that is up answers within milliseconds
 
 
-def add_parser(commands) -> None:
-    """The ``stream`` command of ``python -m numba_onnx_ops``."""
+def parse_size(text: str) -> int:
+    """Bytes from ``text``: a number, optionally with a unit (``512MiB``, ``1.5G``, ``4096``)."""
+    match = re.fullmatch(r"\s*(\d+\.?\d*|\.\d+)\s*(?:([kmgt])(?:i?b)?|b)?\s*", text, re.I)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: give {SIZE_FORMATS}")
+    return int(float(match[1]) * _UNITS[(match[2] or "").lower()])
+
+
+def fmt_bytes(nbytes: float) -> str:
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.3g} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def _count(text: str) -> int:
+    """A number of worker processes: 0 up to the cores this process may run on."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}: give a whole number") from None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if not 0 <= count <= (cores or 1):
+        raise argparse.ArgumentTypeError(
+            f"{count} is out of range: 0 (no worker processes) to {cores or 1} (the cores here)"
+        )
+    return count
+
+
+def add_parser(commands, **kwargs) -> None:
+    """The ``stream`` command of ``python -m numba_onnx_ops`` (``kwargs`` go to its parser)."""
     p = commands.add_parser(
         "stream",
         help="stream zarr to zarr through Pow and MatMul on dask (larger than memory)",
@@ -198,50 +243,142 @@ def add_parser(commands) -> None:
         "pow(x, 3.7) and matmul(a, b) (b: a 512x256 int32 numpy array) into zarr outputs, "
         "check the first and last row blocks against the in-memory calls, and report each "
         "stage's time and the peak resident memory of every process that computed. Needs the "
-        "dask extra.",
+        "dask extra: pip install 'numba_onnx_ops[dask]'. Sizes are " + SIZE_FORMATS + ".",
+        **kwargs,
     )
-    p.add_argument("--size", default="1GiB", type=_size, help="bytes per input (default 1GiB)")
-    p.add_argument("--chunk", default="16MiB", type=_size, help="bytes per row chunk")
+    p.add_argument(
+        "--size",
+        default="1GiB",
+        type=parse_size,
+        help="bytes per input (default 1GiB, at least 1MiB); the work directory needs 3.5 "
+        "times as much free space",
+    )
+    p.add_argument(
+        "--chunk",
+        default="16MiB",
+        type=parse_size,
+        help="bytes per row chunk (default 16MiB, at least 1MiB)",
+    )
     p.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--workers",
-        type=int,
+        type=_count,
         default=0,
-        help="run on a LocalCluster of this many single-threaded worker processes "
-        "(default 0: dask's threaded scheduler in this process)",
+        help="run on a LocalCluster of this many single-threaded worker processes, at most one "
+        "per core (default 0: dask's threaded scheduler in this process)",
+    )
+    where.add_argument(
+        "--scheduler",
+        help="address of a running dask.distributed scheduler, e.g. tcp://scheduler-host:8786 "
+        f"(gives up after {CONNECT_TIMEOUT_S} s without an answer)",
     )
     p.add_argument(
-        "--memory-limit", default="1GiB", help="memory per worker process with --workers"
+        "--memory-limit",
+        type=parse_size,
+        help="memory per worker process, with --workers only (default 1GiB); it must hold "
+        f"{fmt_bytes(WORKER_OWN_BYTES)} of the worker's own and {WORKER_CHUNKS} chunks",
     )
-    p.add_argument("--scheduler", help="address of a running dask.distributed scheduler")
+    p.set_defaults(parser=p)  # usage errors show the stream command's usage
 
 
-def command(args) -> int:
-    import contextlib
-    import tempfile
+def usage_problem(args: argparse.Namespace) -> str | None:
+    """What is wrong with the ``stream`` arguments, as one line, or ``None``."""
+    if args.size < MIN_BYTES or args.chunk < MIN_BYTES:
+        option, value = ("--size", args.size) if args.size < MIN_BYTES else ("--chunk", args.chunk)
+        return f"{option} {fmt_bytes(value)} is below the least, {fmt_bytes(MIN_BYTES)}"
+    if args.memory_limit is not None and not args.workers:
+        return (
+            "--memory-limit applies to the worker processes of --workers; without --workers it "
+            "would have no effect"
+        )
+    if args.workers:
+        limit = args.memory_limit or MEMORY_LIMIT
+        need = WORKER_OWN_BYTES + WORKER_CHUNKS * min(args.chunk, args.size)
+        if limit < need:
+            return (
+                f"--memory-limit {fmt_bytes(limit)}{'' if args.memory_limit else ' (the default)'}"
+                f" is too small for {fmt_bytes(args.chunk)} chunks: a worker needs "
+                f"{fmt_bytes(WORKER_OWN_BYTES)} of its own and room for {WORKER_CHUNKS} chunks "
+                f"({fmt_bytes(need)}); raise it or lower --chunk"
+            )
+    where = Path(args.dir or tempfile.gettempdir()).absolute()
+    if where.exists() and not where.is_dir():
+        return f"--dir {args.dir}: not a directory"
+    existing = next(p for p in (where, *where.parents) if p.exists())
+    if not os.access(existing, os.W_OK):
+        return f"cannot write to {existing}" + ("" if args.dir else "; choose a --dir")
+    need, free = DISK_PER_BYTE * args.size, shutil.disk_usage(existing).free
+    if need > free:
+        return (
+            f"--size {fmt_bytes(args.size)} needs {fmt_bytes(need)} free in {existing} (inputs "
+            f"and outputs), which has {fmt_bytes(free)}; lower --size or choose a --dir elsewhere"
+        )
+    return None
 
+
+def _missing_extra(distributed: bool) -> str | None:
+    """The message for a module of the dask extra that cannot be imported, or ``None``."""
+    for module in ("dask.array", "zarr") + (("distributed",) if distributed else ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return (
+                f"stream needs {module}, which is not installed: pip install 'numba_onnx_ops[dask]'"
+            )
+    return None
+
+
+def _connect(address: str):
+    """A ``distributed.Client`` of the scheduler at ``address``; ``ValueError`` for an address
+    that cannot be one, ``OSError`` for a scheduler that does not answer in time."""
+    from distributed import Client
+    from distributed.comm import get_address_host_port
+
+    get_address_host_port(address)  # ValueError: no port, an unknown scheme
+    return Client(address, timeout=CONNECT_TIMEOUT_S)
+
+
+def command(args: argparse.Namespace) -> int:
+    """Run ``stream``; return the exit status: 0 when the checked blocks agree, 1 when one
+    differs, 3 when the dask extra is missing or the scheduler does not answer (usage errors
+    exit with 2 through ``args.parser``)."""
+    if problem := usage_problem(args):
+        args.parser.error(problem)
+    if problem := _missing_extra(bool(args.workers or args.scheduler)):
+        print(f"{args.parser.prog}: error: {problem}", file=sys.stderr)
+        return 3
     with contextlib.ExitStack() as stack:
         workdir = args.dir or stack.enter_context(tempfile.TemporaryDirectory())
         client = None
-        if args.scheduler or args.workers:
+        if args.scheduler:
+            try:
+                client = stack.enter_context(_connect(args.scheduler))
+            except ValueError as exc:
+                args.parser.error(f"--scheduler {args.scheduler}: {exc}")
+            except OSError:
+                print(
+                    f"{args.parser.prog}: error: no dask scheduler answered at {args.scheduler} "
+                    f"within {CONNECT_TIMEOUT_S} s; is it running, and is the address right?",
+                    file=sys.stderr,
+                )
+                return 3
+        elif args.workers:
             from distributed import Client, LocalCluster
 
-            if args.scheduler:
-                client = stack.enter_context(Client(args.scheduler))
-            else:
-                cluster = stack.enter_context(
-                    LocalCluster(
-                        n_workers=args.workers,
-                        threads_per_worker=1,
-                        memory_limit=args.memory_limit,
-                        dashboard_address=None,
-                    )
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=args.workers,
+                    threads_per_worker=1,
+                    memory_limit=args.memory_limit or MEMORY_LIMIT,
+                    dashboard_address=None,
                 )
-                client = stack.enter_context(Client(cluster))
+            )
+            client = stack.enter_context(Client(cluster))
         where = f"workers of {client.scheduler.address}" if client else "threaded scheduler"
         print(
-            f"inputs: 2 x {args.size / 2**30:.3g} GiB in {args.chunk / 2**20:.3g} MiB chunks; "
-            f"{where}",
+            f"inputs: 2 x {fmt_bytes(args.size)} in {fmt_bytes(min(args.chunk, args.size))} "
+            f"chunks; {where}",
             flush=True,
         )
         start = time.perf_counter()
@@ -249,12 +386,16 @@ def command(args) -> int:
         print(f"made the inputs in {time.perf_counter() - start:.1f} s", flush=True)
         warm(data, client)
         report = run(data, client)
-        check(data)
         for name, r in report.items():
             mib = lambda values: ", ".join(f"{v / 2**20:.0f}" for v in values)  # noqa: E731
             print(
                 f"{name}: {r['seconds']:.2f} s; resident MiB before {mib(r['rss_before'])}, "
                 f"peak {mib(r['peak_rss'])}"
             )
+        try:
+            check(data)
+        except AssertionError as exc:
+            print(f"{args.parser.prog}: RESULTS DISAGREE: {exc}", file=sys.stderr)
+            return 1
         print("first and last row blocks agree with the in-memory calls")
     return 0

@@ -1,0 +1,198 @@
+"""``python -m numba_onnx_ops`` as a user meets it, each run in a new process: every argument
+checked before any work, a one-line message for each way a command can fail, and an exit
+status per kind of failure (0 done, 1 a result disagrees, 2 usage, 3 cannot run here)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import numba_onnx_ops
+
+PROG = "python -m numba_onnx_ops"
+HAS_DASK = all(importlib.util.find_spec(m) for m in ("dask", "distributed", "zarr"))
+needs_dask = pytest.mark.skipif(not HAS_DASK, reason="needs the dask extra")
+
+# Runs the command line with the named top-level modules made unimportable, as where they are
+# not installed: python -c CODE MODULES -- ARGS...
+_WITHOUT = """
+import runpy, sys
+cut = sys.argv.index("--")
+missing, sys.argv = set(sys.argv[1:cut]), ["numba_onnx_ops", *sys.argv[cut + 1:]]
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in missing:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, NotInstalled())
+runpy.run_module("numba_onnx_ops", run_name="__main__", alter_sys=True)
+"""
+
+
+def cli(*args: str, without: tuple[str, ...] = (), timeout: float = 300, env=None):
+    if without:
+        cmd = [sys.executable, "-c", _WITHOUT, *without, "--", *args]
+    else:
+        cmd = [sys.executable, "-m", "numba_onnx_ops", *args]
+    env = {**os.environ, **(env or {})}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def error_line(done, command: str) -> str:
+    """The one line a failure prints: ``python -m numba_onnx_ops COMMAND: error: ...``."""
+    assert "Traceback" not in done.stderr, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{PROG} {command}: error: "), done.stderr
+    return last
+
+
+def test_version():
+    done = cli("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"numba_onnx_ops {numba_onnx_ops.__version__}"
+
+
+@pytest.mark.parametrize("command", [[], ["bench"], ["stream"]], ids=["main", "bench", "stream"])
+def test_help_gives_the_exit_statuses(command):
+    done = cli(*command, "--help")
+    assert done.returncode == 0
+    text = " ".join(done.stdout.split())
+    assert "exit status: 0 done" in text
+    for status in ("1 a result", "2 usage error", "3 the command cannot run here"):
+        assert status in text
+
+
+# --------------------------------------------------------------------------------------------
+# stream
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--size", "foo"], "argument --size: invalid size 'foo': give bytes, or a number"),
+        (["--size=-5MiB"], "invalid size '-5MiB'"),
+        (["--size", "0"], "--size 0 B is below the least, 1 MiB"),
+        (["--chunk", "1"], "--chunk 1 B is below the least, 1 MiB"),
+        (["--workers", "-1"], "argument --workers: -1 is out of range: 0 (no worker processes)"),
+        (["--workers", "100000"], "argument --workers: 100000 is out of range"),
+        (["--workers", "two"], "argument --workers: invalid count 'two'"),
+        (["--memory-limit", "2GiB"], "--memory-limit applies to the worker processes of --workers"),
+        (["--workers", "1", "--scheduler", "tcp://127.0.0.1:1"], "not allowed with argument"),
+        (["--workers", "1", "--memory-limit", "300MiB"], "--memory-limit 300 MiB is too small"),
+        (["--workers", "1", "--chunk", "128MiB"], "--memory-limit 1 GiB (the default) is too"),
+        (["--size", "1000000TiB"], "--size 1e+06 TiB needs 3.5e+06 TiB free in"),
+        (["--dir", __file__], "not a directory"),
+    ],
+)
+def test_stream_arguments_are_checked_before_any_work(args, message):
+    start = time.perf_counter()
+    done = cli("stream", *args, timeout=60)
+    assert done.returncode == 2
+    line = error_line(done, "stream")
+    assert message in line
+    assert "_size" not in done.stderr and done.stdout == ""  # nothing was made or run
+    assert time.perf_counter() - start < 60
+
+
+def test_stream_sizes_name_their_formats():
+    text = " ".join(cli("stream", "--size", "foo").stderr.split())
+    assert "512MiB" in text and "1.5G" in text and "powers of 1024" in text
+
+
+@needs_dask
+def test_stream_bad_scheduler_address_is_a_usage_error():
+    done = cli("stream", "--size", "1MiB", "--scheduler", "nohost")
+    assert done.returncode == 2
+    assert "--scheduler nohost: missing port number" in error_line(done, "stream")
+
+
+@needs_dask
+def test_stream_unreachable_scheduler_fails_fast_in_one_line():
+    start = time.perf_counter()
+    done = cli("stream", "--size", "1MiB", "--scheduler", "tcp://127.0.0.1:1", timeout=60)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 3
+    line = error_line(done, "stream")
+    assert "no dask scheduler answered at tcp://127.0.0.1:1 within 10 s" in line
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert seconds < 25
+
+
+@pytest.mark.parametrize("missing", ["dask", "zarr"])
+def test_stream_without_the_dask_extra_says_what_to_install(missing):
+    done = cli("stream", "--size", "1MiB", without=(missing,))
+    assert done.returncode == 3
+    line = error_line(done, "stream")
+    assert f"stream needs {missing}" in line and "pip install 'numba_onnx_ops[dask]'" in line
+    assert cli("stream", "--help", without=(missing,)).returncode == 0
+
+
+@needs_dask
+def test_stream_runs_with_valid_arguments(tmp_path):
+    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "inputs: 2 x 1 MiB in 1 MiB chunks; threaded scheduler" in done.stdout
+    assert "first and last row blocks agree" in done.stdout
+
+
+@needs_dask
+def test_stream_reports_a_disagreement_with_status_1(tmp_path, monkeypatch, capsys):
+    from numba_onnx_ops.__main__ import main
+    from numba_onnx_ops.integrations import zarr_stream
+
+    def wrong(data):
+        raise AssertionError("rows 0:64 differ from the in-memory call")
+
+    monkeypatch.setattr(zarr_stream, "check", wrong)
+    assert main(["stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(tmp_path)]) == 1
+    assert "RESULTS DISAGREE: rows 0:64 differ" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------
+# bench
+
+BENCH = ("bench", "--quick", "--cases", "matmul-f32-4x4")
+
+
+@pytest.mark.parametrize(
+    ("option", "path", "message"),
+    [
+        ("--plot", "/nonexistent/x.png", "no such directory: /nonexistent"),
+        ("--csv", "/nonexistent/x.csv", "no such directory: /nonexistent"),
+        ("--json", "{tmp}", "is a directory"),
+        ("--plot", "{tmp}/x.xyz", "matplotlib cannot write .xyz files; use one of"),
+    ],
+)
+def test_bench_outputs_are_checked_before_the_run(tmp_path, option, path, message):
+    path = path.format(tmp=tmp_path)
+    start = time.perf_counter()
+    done = cli(*BENCH, option, path)
+    assert done.returncode == 2
+    assert f"{option} {path}: {message}" in error_line(done, "bench")
+    assert "[1/1]" not in done.stderr  # no case ran
+    assert time.perf_counter() - start < 60
+
+
+def test_bench_plot_without_matplotlib_cannot_run(tmp_path):
+    done = cli(*BENCH, "--plot", str(tmp_path / "x.png"), without=("matplotlib",))
+    assert done.returncode == 3
+    assert "pip install 'numba_onnx_ops[bench]'" in error_line(done, "bench")
+    assert "[1/1]" not in done.stderr
+
+
+def test_bench_says_what_numba_did_on_first_calls(tmp_path):
+    """In a new numba cache our first call compiles; in the next process it loads from there."""
+    cache = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    # int32: a product of ours (numpy's BLAS takes some small float products)
+    bench = ("bench", "--quick", "--cases", "matmul-i32-512")
+    first, second = (cli(*bench, env=cache) for _ in range(2))
+    for done in (first, second):
+        assert done.returncode == 0, done.stderr
+        assert "\n1 case in " in done.stderr and "1 cases" not in done.stderr
+        assert "includes compiling" not in done.stderr
+    assert "(numba_onnx_ops: compiled " in first.stderr
+    assert "(numba_onnx_ops: kernels loaded from numba's on-disk cache)" in second.stderr
