@@ -195,7 +195,7 @@ def packed_blocks(itemsize: int, nbatch: int, m: int, n: int, k: int):
 
 
 def _acc_dtype(dtype: np.dtype) -> np.dtype:
-    """Half types accumulate in float32 (semantics.md); every other type in itself, where
+    """Half types accumulate in float32, as the semantics say; every other type in itself, where
     integer wraparound is exactly the result modulo 2**bits."""
     return _F32 if dtype.itemsize == 2 else dtype
 

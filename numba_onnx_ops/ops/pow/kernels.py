@@ -162,7 +162,7 @@ def _block_impl(v, s):
 
 @helper(error_model="numpy")
 def _int_pow(x, y, imin):
-    """x ** y for int64 x and integer y (any width or signedness), semantics.md's rules."""
+    """x ** y for int64 x and integer y (any width or signedness), by the documented rules."""
     if y < 0:
         if x == 1:
             return types.int64(1)
