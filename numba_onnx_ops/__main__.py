@@ -116,7 +116,7 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         parser.error(str(exc))
     if args.list:
         for case in cases:
-            target = f"  target >= {case.target:g}" if args.targets else ""
+            target = f"  target >= {case.target:.3g}" if args.targets else ""
             print(f"{case.name:28} {case.label():48}{target}".rstrip())
         if args.targets:
             for first in _bench.select_first_calls(args.cases):

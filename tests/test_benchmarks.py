@@ -24,11 +24,11 @@ from numba_onnx_ops.bench import runner
 
 # The asv suite is the top-level benchmarks/ package, next to tests/.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from benchmarks import common, matmul, power, scaleout  # noqa: E402
+from benchmarks import common, matmul, percall, power, scaleout  # noqa: E402
 from benchmarks import compile as compile_bench  # noqa: E402
 
 PREFIXES = ("time_", "timeraw_", "track_", "mem_", "peakmem_")
-MODULES = (matmul, power, compile_bench, scaleout)
+MODULES = (matmul, power, compile_bench, scaleout, percall)
 
 
 def _classes(module) -> list[type]:
@@ -89,6 +89,9 @@ def test_suite_has_a_class_per_kind_of_call():
         "PowTypes",
         "PowSmall",
         "Compile",
+        "PowPerCall",
+        "MatMulPerCall",
+        "ModelMatMulPowMatMul",
     }
     for cls in CLASSES:
         if getattr(cls, "params", None):
@@ -229,9 +232,9 @@ def test_cases_hold_this_cpus_targets():
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 40
+    assert len(names) == len(_bench.CASES) == 53
     assert set(_bench.DEMO_CASES) <= names
-    assert {c.op for c in _bench.CASES} == {"MatMul", "Pow"}
+    assert {c.op for c in _bench.CASES} == {"MatMul", "Pow", "Model"}
     assert _bench.select_cases(["pow-f16"]) == [
         c
         for c in _bench.CASES
@@ -344,6 +347,35 @@ def test_pow_check_allows_two_ulps_and_no_more(name):
     assert _bench.check(case, x, y, two_up) is None
     three_up = np.nextafter(two_up, np.inf)
     assert "beyond 2 ulp" in _bench.check(case, x, y, three_up)
+
+
+def test_model_check_accepts_the_chains_rounding_and_rejects_a_perturbed_result():
+    case = _case("model-f32-b1-w64")
+    x, weights = _bench.make_inputs(case, "tiny")
+    assert weights.shape == (2, 7, 7)
+    # float32 at every step, as a runtime computes it: within the bound
+    good = ((x @ weights[0]) ** np.float32(2)) @ weights[1]
+    assert good.dtype == np.float32 and _bench.check(case, x, weights, good) is None
+    bad = good.copy()
+    bad[0, 0] += 0.5
+    assert "1 of 7 entries beyond" in _bench.check(case, x, weights, bad)
+    assert "expected" in _bench.check(case, x, weights, good.astype(np.float64))
+
+
+def test_per_call_cases_pass_their_opset_and_python_exponent(monkeypatch):
+    from numba_onnx_ops.bench import contenders
+
+    calls = []
+    monkeypatch.setattr(contenders, "pow", lambda x, y, **kw: calls.append((y, kw)))
+    by_name = {case.name: case for case in _bench.CASES}
+    for name in ("call-pow16-f32-e3.7-opset15", "call-pow16-f32-e3.7", "pow-f32-e3.7"):
+        case = by_name[name]
+        contenders.FACTORIES[_bench.OURS](case, *_bench.make_inputs(case, "tiny"))()
+    (y0, kw0), (y1, kw1), (y2, kw2) = calls
+    assert type(y0) is type(y1) is float and y0 == y1 == float(np.float32(3.7))
+    assert (kw0, kw1, kw2) == ({"opset": 15}, {}, {})
+    assert isinstance(y2, np.ndarray) and y2.dtype == np.float32
+    assert "Python 3.7, opset=15" in by_name["call-pow16-f32-e3.7-opset15"].label()
 
 
 def test_integer_pow_reference_follows_the_spec():

@@ -1,7 +1,8 @@
 """The cases of the peer comparison: what is compared, on which inputs.
 
-Each case is one operator call on seeded inputs of given dtypes and shapes, with the speed-up
-the project aims for (shown only by ``bench --targets``).
+Each case is one operator call, or one small model (op ``"Model"``, see :func:`chain_model`), on
+seeded inputs of given dtypes and shapes, with the speed-up the project aims for (shown only by
+``bench --targets``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ class Case:
     ``shapes[1]``.  ``quick_shapes`` replaces ``shapes`` under ``--quick`` where a peer would take
     seconds per call at full size.  ``bases`` (Pow only) picks another distribution of X than
     the default (see ``BASES``); ``threads`` runs every contender on that many threads.
+    ``opset`` passes ``opset=`` to our call; ``python_exponent`` passes our call a 0-d exponent
+    as a Python number, as numpy gets it (otherwise ours gets the 0-d array, as a model carries
+    it).  A ``"Model"`` case runs :func:`chain_model`: X of ``shapes[0]``, two weights of
+    ``shapes[1]``, Pow by ``exponent``.
     """
 
     name: str
@@ -45,6 +50,8 @@ class Case:
     quick_shapes: tuple[Shape, Shape] | None = None
     bases: str | None = None
     threads: int | None = None
+    opset: int | None = None
+    python_exponent: bool = False
 
     def shapes_at(self, size: str) -> tuple[Shape, Shape]:
         if size == "quick" and self.quick_shapes is not None:
@@ -56,18 +63,23 @@ class Case:
 
     def label(self, size: str = "full") -> str:
         (sa, sb), (da, db) = self.shapes_at(size), self.dtypes
-        if self.op == "MatMul":
-            return f"{da} {_fmt_shape(sa)} @ {_fmt_shape(sb)}"
         notes = "".join(
             f", {note}"
             for note in (
                 self.bases and f"{self.bases} bases",
                 self.threads and f"{self.threads} thread" + "s" * (self.threads > 1),
+                self.opset and f"opset={self.opset}",
             )
             if note
         )
+        if self.op == "MatMul":
+            return f"{da} {_fmt_shape(sa)} @ {_fmt_shape(sb)}{notes}"
+        if self.op == "Model":
+            w = _fmt_shape(sb)
+            return f"{da} {_fmt_shape(sa)} @ {w}, ^ {self.exponent:g}, @ {w}{notes}"
         if self.exponent is not None:
-            return f"{da} {_fmt_shape(sa)} ^ {db} {self.exponent:g}{notes}"
+            y = "Python" if self.python_exponent else db
+            return f"{da} {_fmt_shape(sa)} ^ {y} {self.exponent:g}{notes}"
         return f"{da} {_fmt_shape(sa)} ^ {db} {_fmt_shape(sb)}{notes}"
 
 
@@ -78,15 +90,22 @@ def _on_cpu(avx512: float, other: float, feature: str = "avx512f") -> float:
     return avx512 if feature in cpu_features() else other
 
 
-def _mm(name, dtype, a, b, target, quick=None) -> Case:
-    return Case(name, "MatMul", (dtype, dtype), (a, b), target, quick_shapes=quick)
+def _mm(name, dtype, a, b, target, quick=None, opset=None) -> Case:
+    return Case(name, "MatMul", (dtype, dtype), (a, b), target, quick_shapes=quick, opset=opset)
 
 
-def _pw(
-    name, dtype, x, target, *, exponent=None, y_dtype=None, y_shape=(), bases=None, threads=None
-) -> Case:
+def _pw(name, dtype, x, target, *, exponent=None, y_dtype=None, y_shape=(), **options) -> Case:
     dtypes = (dtype, y_dtype or dtype)
-    return Case(name, "Pow", dtypes, (x, y_shape), target, exponent, bases=bases, threads=threads)
+    return Case(name, "Pow", dtypes, (x, y_shape), target, exponent, **options)
+
+
+def _call_pow(name, dtype, n, target, exponent, opset=None) -> Case:
+    return _pw(name, dtype, (n,), target, exponent=exponent, python_exponent=True, opset=opset)
+
+
+def _model(name, batch, width, target) -> Case:
+    dims = ((batch, width), (width, width))
+    return Case(name, "Model", ("float32", "float32"), dims, target, exponent=2.0)
 
 
 _SQ = (1024, 1024)
@@ -139,6 +158,22 @@ CASES: tuple[Case, ...] = (
         for t, dtype, target in (("f32", "float32", 3.0), ("f64", "float64", 1.5))
         for b in ("near1", "wide", "negative")
     ),
+    # The cost of a call on small tensors, against numpy's (the best peer there): most of it is
+    # the front layer's, not the kernel's.  Python exponents, as a numpy user writes them.
+    _call_pow("call-pow16-f32-e2", "float32", 16, 1 / 3, 2.0),
+    _call_pow("call-pow16-f32-e2-opset15", "float32", 16, 1 / 3, 2.0, opset=15),
+    _call_pow("call-pow16-f32-e3.7", "float32", 16, 1 / 3, 3.7),
+    _call_pow("call-pow16-f32-e3.7-opset15", "float32", 16, 1 / 3, 3.7, opset=15),
+    _pw("call-pow16-f32-same-opset15", "float32", (16,), 1 / 3, y_shape=(16,), opset=15),
+    _call_pow("call-pow64-f16-e3.7", "float16", 64, 1 / 3, 3.7),
+    _call_pow("call-pow16-i32-e3", "int32", 16, 1 / 3, 3),
+    _call_pow("call-pow4096-f32-e3.7", "float32", 4096, 1.0, 3.7),
+    _mm("call-matmul4x4-f32-opset13", "float32", (4, 4), (4, 4), 0.5, opset=13),
+    _mm("call-matmul1x64x64-f32-opset13", "float32", (1, 64), (64, 64), 0.5, opset=13),
+    _mm("call-matmul8x8-i32", "int32", (8, 8), (8, 8), 0.5),
+    # A small model through the Backend, against onnxruntime (its best peer).
+    _model("model-f32-b1-w64", 1, 64, 0.5),
+    _model("model-f32-b32-w256", 32, 256, 1.0),
 )
 
 #: Distributions of Pow bases (floats): near 1, magnitudes over 2**-30..2**30 (log-uniform,
@@ -286,11 +321,14 @@ def make_inputs(case: Case, size: str, seed: int = 0) -> tuple[np.ndarray, np.nd
     """Seeded inputs of ``case`` at ``size``: small integers, floats of moderate magnitude.
 
     Pow bases are positive (a non-integer power of a negative base is NaN, the special-value path);
-    integer bases in [-1000, 1000) cube without overflow.
+    integer bases in [-1000, 1000) cube without overflow.  A ``"Model"`` case's second input
+    holds its two weights, stacked.
     """
     rng = np.random.default_rng(seed)
     (sa, sb), (da, db) = case.shapes_at(size), (np.dtype(d) for d in case.dtypes)
-    if case.op == "MatMul":
+    if case.op == "Model":
+        sb = (2, *sb)
+    if case.op in ("MatMul", "Model"):
         return _random(rng, sa, da, (-1.0, 1.0), (-100, 100)), _random(
             rng, sb, db, (-1.0, 1.0), (-100, 100)
         )
@@ -301,6 +339,45 @@ def make_inputs(case: Case, size: str, seed: int = 0) -> tuple[np.ndarray, np.nd
     if case.exponent is not None:
         return x, np.asarray(case.exponent).astype(db)
     return x, _random(rng, sb, db, (-3.0, 3.0), (0, 4))
+
+
+#: The opset of :func:`chain_model`: MatMul-13 and Pow-15, the newest versions.
+MODEL_OPSET = 15
+
+
+def chain_model(weights: np.ndarray, exponent: float, opset: int = MODEL_OPSET):
+    """The model of a ``"Model"`` case: ``y = ((x @ weights[0]) ** exponent) @ weights[1]``.
+
+    The weights and the exponent (of the weights' dtype) are initializers, as a trained model
+    carries them; ``x`` is the one input, of any batch size.  Needs onnx.
+
+    Returns
+    -------
+    onnx.ModelProto
+    """
+    from onnx import helper, numpy_helper
+
+    elem, width = helper.np_dtype_to_tensor_dtype(weights.dtype), weights.shape[-1]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Pow", ["h", "e"], ["p"]),
+        helper.make_node("MatMul", ["p", "w2"], ["y"]),
+    ]
+    initializers = [
+        numpy_helper.from_array(weights[0], "w1"),
+        numpy_helper.from_array(np.asarray(exponent).astype(weights.dtype), "e"),
+        numpy_helper.from_array(weights[1], "w2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "matmul_pow_matmul",
+        [helper.make_tensor_value_info("x", elem, ["batch", width])],
+        [helper.make_tensor_value_info("y", elem, ["batch", width])],
+        initializer=initializers,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 10  # onnxruntime reads IR <= 11; onnx may write a newer one
+    return model
 
 
 def _random(rng, shape, dtype, float_range, int_range) -> np.ndarray:

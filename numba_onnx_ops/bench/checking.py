@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .cases import BFLOAT16, Case
+from .cases import BFLOAT16, Case, chain_model
 from .exact import pow_int as _int_pow_reference
 from .exact import ulp_distance as _ulp_distance
 
@@ -19,6 +19,8 @@ def check(case: Case, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str | No
     otherwise a short reason."""
     if case.op == "MatMul":
         return _check_matmul(a, b, out)
+    if case.op == "Model":
+        return _check_model(case, a, b, out)
     expected = np.broadcast_shapes(a.shape, b.shape)
     if out.shape != expected or out.dtype != a.dtype:
         return f"got {out.dtype} {out.shape}, expected {a.dtype} {expected}"
@@ -39,11 +41,39 @@ def _check_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str | None:
     k = a.shape[-1]
     eps_acc = np.finfo(np.float64 if a.dtype == np.float64 else np.float32).eps
     bound = k * eps_acc * np.matmul(np.abs(a64), np.abs(b64)) + _eps(a.dtype) * np.abs(ref)
+    return _beyond(out, ref, bound, "K*eps*(|A|@|B|)")
+
+
+def _check_model(case: Case, x: np.ndarray, weights: np.ndarray, out: np.ndarray) -> str | None:
+    """Compare with onnx's reference evaluator running the same model in float64.
+
+    Each MatMul within the bound above, K * eps * (|A| @ |B|), and ``h ** p`` adding ``p`` times
+    its base's error and one rounding: in all (to first order, for p >= 1)
+    ``((1 + p) * K + 1) * eps * M + eps * |ref|``, M the model's output on ``|x|`` and
+    ``|weights|`` (every product and power of magnitudes, as ``|A| @ |B|`` for one MatMul).
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    def run(x64, w64):
+        return ReferenceEvaluator(chain_model(w64, case.exponent)).run(None, {"x": x64})[0]
+
+    x64, w64 = x.astype(np.float64), weights.astype(np.float64)
+    ref = run(x64, w64)
+    if out.shape != ref.shape or out.dtype != x.dtype:
+        return f"got {out.dtype} {out.shape}, expected {x.dtype} {ref.shape}"
+    eps = _eps(x.dtype)
+    factor = (1 + case.exponent) * x.shape[-1] + 1
+    bound = factor * eps * run(np.abs(x64), np.abs(w64)) + eps * np.abs(ref)
+    return _beyond(out, ref, bound, "((1+p)K+1)*eps*M")
+
+
+def _beyond(out: np.ndarray, ref: np.ndarray, bound: np.ndarray, name: str) -> str | None:
+    """How many entries of ``out`` are further than ``bound`` from ``ref``, or ``None``."""
     err = np.abs(out.astype(np.float64) - ref)
     bad = np.count_nonzero(~(err <= bound))
     if bad:
         worst = float(np.max(err - bound))
-        return f"{bad} of {out.size} entries beyond K*eps*(|A|@|B|) (by up to {worst:.3g})"
+        return f"{bad} of {out.size} entries beyond {name} (by up to {worst:.3g})"
     return None
 
 

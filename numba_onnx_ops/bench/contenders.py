@@ -3,7 +3,8 @@
 Peers: ``numpy`` (what a user writes: ``a @ b``, ``x ** 3.7``, cast back to the input dtype where
 numpy promotes), ``numpy f32 upcast`` for the half types (``float32`` compute, one cast back), and
 ``onnxruntime`` (a one-node model, CPU provider, as many intra-op threads as numba uses, the session
-built once), when installed.  Only the public API of the package is used here.
+built once), when installed.  A ``"Model"`` case (:func:`.cases.chain_model`) runs on our
+``Backend`` and on onnxruntime, not on numpy.  Only the public API of the package is used here.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import matmul, pow
-from .cases import HALF_TYPES, Case
+from .cases import HALF_TYPES, Case, chain_model
 
 OURS = "numba_onnx_ops"
 NUMPY = "numpy"
@@ -22,7 +23,8 @@ ORT = "onnxruntime"
 CONTENDERS = (OURS, NUMPY, UPCAST, ORT)
 PEERS = CONTENDERS[1:]
 
-#: Default-domain opset of the onnxruntime models: MatMul-13 and Pow-15 (the newest versions).
+#: Default-domain opset of the onnxruntime models: MatMul-13 and Pow-15 (the newest versions),
+#: unless the case sets its own.
 ORT_OPSET = {"MatMul": 13, "Pow": 15}
 
 
@@ -31,11 +33,24 @@ class Unavailable(Exception):
 
 
 def _ours(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    if case.op == "Model":
+        try:
+            from ..integrations.onnx_backend import Backend
+        except ImportError:  # (the module's own ImportError names the extra, not a module)
+            raise Unavailable("not installed (onnx)") from None
+        rep = Backend.prepare(chain_model(b, case.exponent))
+        return lambda: rep.run([a])[0]
     op = matmul if case.op == "MatMul" else pow
-    return lambda: op(a, b)
+    y = b.item() if case.python_exponent else b
+    opset = case.opset
+    if opset is None:  # no keyword at all: what a call without one costs
+        return lambda: op(a, y)
+    return lambda: op(a, y, opset=opset)
 
 
 def _numpy(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    if case.op == "Model":
+        raise Unavailable("-")  # the models' peer is onnxruntime
     if case.op == "MatMul":
         expr = np.matmul
     elif b.ndim == 0:
@@ -66,40 +81,53 @@ def _numpy_upcast(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.n
     return lambda: np.power(a.astype(f32), b.astype(f32)).astype(a.dtype)
 
 
-def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
-    try:
-        import onnxruntime as ort
-        from onnx import helper
-    except ImportError as exc:
-        raise Unavailable(f"not installed ({exc.name})") from None
+def ort_session(model):
+    """An onnxruntime session of ``model`` (an ``onnx.ModelProto``) on the CPU provider, with as
+    many intra-op threads as numba uses and one inter-op thread, its warnings silenced."""
     import numba
+    import onnxruntime as ort
 
-    def info(name, dtype):
-        return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
-
-    out_type = helper.np_dtype_to_tensor_dtype(a.dtype)
-    graph = helper.make_graph(
-        [helper.make_node(case.op, ["a", "b"], ["out"])],
-        f"{case.op.lower()}_bench",
-        [info("a", a.dtype), info("b", b.dtype)],
-        [helper.make_tensor_value_info("out", out_type, None)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ORT_OPSET[case.op])])
-    model.ir_version = 10  # onnxruntime reads IR <= 11; onnx may write a newer one
     options = ort.SessionOptions()
     options.intra_op_num_threads = numba.get_num_threads()  # the same thread count as ours
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
+    return ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
     try:
-        session = ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        import onnxruntime  # noqa: F401 - only whether it is there
+        from onnx import helper
+    except ImportError as exc:
+        raise Unavailable(f"not installed ({exc.name})") from None
+    if case.op == "Model":
+        model, feeds = chain_model(b, case.exponent), {"x": a}
+    else:
+
+        def info(name, dtype):
+            return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(dtype), None)
+
+        out_type = helper.np_dtype_to_tensor_dtype(a.dtype)
+        graph = helper.make_graph(
+            [helper.make_node(case.op, ["a", "b"], ["out"])],
+            f"{case.op.lower()}_bench",
+            [info("a", a.dtype), info("b", b.dtype)],
+            [helper.make_tensor_value_info("out", out_type, None)],
         )
+        opset = case.opset or ORT_OPSET[case.op]
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+        model.ir_version = 10  # onnxruntime reads IR <= 11; onnx may write a newer one
+        feeds = {"a": a, "b": b}
+    try:
+        session = ort_session(model)
     except Exception as exc:  # onnxruntime raises its own error types, e.g. NotImplemented
         kernel = f"{case.op}({a.dtype}, {b.dtype})"
         reason = f"no {kernel} kernel" if "NOT_IMPLEMENTED" in str(exc) else str(exc)
         raise Unavailable(reason) from None
-    feeds = {"a": a, "b": b}
-    return lambda: session.run(["out"], feeds)[0]
+    outputs = [model.graph.output[0].name]
+    return lambda: session.run(outputs, feeds)[0]
 
 
 FACTORIES = {OURS: _ours, NUMPY: _numpy, UPCAST: _numpy_upcast, ORT: _onnxruntime}

@@ -162,7 +162,7 @@ def format_table(
         ]
         if targets:
             met = {True: "yes", False: "no", None: "-"}[row.met]
-            target = f">= {row.case.target:g}"
+            target = f">= {row.case.target:.3g}"
             line += [target if row.judged else f"({target})", met]
         if not row.ours_ok:
             line[-1] += " (ours " + row.status.get(OURS, "missing").split(":", 1)[0] + ")"
