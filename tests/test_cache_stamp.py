@@ -11,53 +11,21 @@ import shutil
 from pathlib import Path
 
 from child import run_python
+from package_imports import MODULES, PACKAGE, imported, imports, tree
 
 import numba_onnx_ops as nox
 from numba_onnx_ops.runtime import jit
 
-PACKAGE = Path(nox.__file__).parent
 
-
-def _package_modules() -> dict[str, Path]:
-    """Every module of the package, by its full name: its source file."""
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE).with_suffix("").parts
-        if parts[-1] == "__init__":
-            parts = parts[:-1]
-        modules[".".join((nox.__name__, *parts))] = path
-    return modules
-
-
-MODULES = _package_modules()
-
-
-def _imported(name: str, tree: ast.Module) -> set[tuple[str, str | None]]:
-    """``(module, name)`` for each ``from module import name`` anywhere in the module ``name``
-    (inside functions too), relative imports resolved; ``(module, None)`` for ``import module``."""
-    package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update((alias.name, None) for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            module = node.module or ""
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0]
-                module = f"{base}.{module}" if module else base
-            found.update((module, alias.name) for alias in node.names)
-    return found
-
-
-def _defines_kernels(name: str, tree: ast.Module) -> bool:
+def _defines_kernels(name: str) -> bool:
     """Whether the module puts functions in numba's on-disk cache: through the ``kernel``
     decorator, or ``cache=True`` of numba's own."""
-    return (jit.__name__, "kernel") in _imported(name, tree) or any(
+    return (jit.__name__, "kernel") in imported(name) or any(
         isinstance(node, ast.keyword)
         and node.arg == "cache"
         and isinstance(node.value, ast.Constant)
         and node.value.value is True
-        for node in ast.walk(tree)
+        for node in ast.walk(tree(name))
     )
 
 
@@ -65,16 +33,12 @@ def kernel_sources() -> set[str]:
     """The modules that define cached kernels and every package module they import, directly or
     through others: all that kernels can read while they compile.  A name imported from a
     package is its submodule where it has one, else the package's own ``__init__``."""
-    trees = {name: ast.parse(path.read_bytes(), str(path)) for name, path in MODULES.items()}
-    todo = [name for name, tree in trees.items() if _defines_kernels(name, tree)]
+    todo = [name for name in MODULES if _defines_kernels(name)]
     read = set(todo)
     while todo:
-        name = todo.pop()
-        for module, attr in _imported(name, trees[name]):
-            dep = f"{module}.{attr}" if f"{module}.{attr}" in MODULES else module
-            if dep in MODULES and dep not in read:
-                read.add(dep)
-                todo.append(dep)
+        for dep in imports(todo.pop()) - read:
+            read.add(dep)
+            todo.append(dep)
     return read
 
 

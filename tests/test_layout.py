@@ -12,12 +12,8 @@ only the operators' decisions and calls back through the function it is given.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-import numba_onnx_ops
-
-PACKAGE = Path(numba_onnx_ops.__file__).parent
-NAME = "numba_onnx_ops"
+from package_imports import MODULES, NAME, imports, tree
 
 _LAYERS = {
     "runtime": 0,
@@ -37,52 +33,6 @@ _HAND_OFF = {
     ("numba_onnx_ops.ops.pow.api", "numba_onnx_ops.integrations.dask_arrays"),
 }
 
-
-def _modules() -> dict[str, Path]:
-    modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return modules
-
-
-MODULES = _modules()
-
-
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:``, which never run."""
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
-            yield from (n for child in node.orelse for n in (child, *_runtime_nodes(child)))
-            continue
-        yield node
-        yield from _runtime_nodes(node)
-
-
-def imports(module: str) -> set[str]:
-    """The package modules ``module`` imports when it runs, at its top or inside functions."""
-    path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.split(".")[0] == NAME)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(base + ([node.module] if node.module else []))
-            elif node.module and node.module.split(".")[0] == NAME:
-                base = node.module
-            else:
-                continue
-            for alias in node.names:  # ``from . import x`` may name a module
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in MODULES else base)
-    return {m for m in found if m in MODULES and m != module}
-
-
 GRAPH = {m: imports(m) for m in MODULES}
 
 
@@ -93,10 +43,9 @@ def _layer(module: str) -> tuple[int, str]:
 
 
 def test_every_module_has_a_layer_and_a_docstring():
-    for module, path in MODULES.items():
+    for module in MODULES:
         _layer(module)
-        tree = ast.parse(path.read_text())
-        assert ast.get_docstring(tree), f"{module} says nothing of what it owns"
+        assert ast.get_docstring(tree(module)), f"{module} says nothing of what it owns"
 
 
 def test_no_import_cycles():
