@@ -1,12 +1,20 @@
-"""Per-call cost on small tensors, and a small model through the ONNX integrations.
+"""Per-call cost on small tensors, a model through the ONNX integrations, and the crossovers
+between the calling thread and the pool.
 
 At these sizes the kernels take little of the time: the front layer (checks, dispatch,
 allocation, a launch) and, for a model, the runtime's own work per node take the rest.  numpy's
 time for the same call is the same-run peer (``time_numpy*``), onnxruntime the model's.  Every
 class warms up in ``setup``, so no time holds a compilation.
+
+``PowHereOrPool`` and ``MatMulHereOrPool`` time one call forced onto the calling thread and onto
+the pool, side by side: where the two cross is the size up to which ``numba_onnx_ops.tuning``
+keeps a call on the calling thread.  They change ``tuning`` and clear the call plans
+(``numba_onnx_ops.core.plans``), the package's internals, and skip where those are missing.
 """
 
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -94,10 +102,12 @@ class ModelMatMulPowMatMul:
     weights, run by our Backend, by onnx's evaluator with and without our MatMul and Pow, and
     by onnxruntime (CPU provider, as many threads as numba).  The model is the peer
     comparison's (``numba_onnx_ops.bench.cases.chain_model``); a runtime that is not installed
-    is skipped."""
+    is skipped.  From 1x64 (the runtime's own cost per node) to 1024x1024 (two products of a
+    billion multiply-adds each: the kernels')."""
 
-    params = (["1x64", "32x256"], RUNTIMES)
+    params = (["1x64", "32x256", "1024x1024"], RUNTIMES)
     param_names = ("batch x width", "runtime")
+    timeout = 300  # at 1024x1024 a run takes tens of milliseconds, the setup a second
 
     def setup(self, size, runtime):
         try:
@@ -130,3 +140,118 @@ class ModelMatMulPowMatMul:
 
     def time_run(self, size, runtime):
         self.run()
+
+
+WHERE = ["calling thread", "pool"]
+_ANYWHERE = sys.maxsize  # a size limit no call reaches
+
+
+class _HereOrPool:
+    """Forces a call onto the calling thread or the pool: ``force`` sets values of
+    ``numba_onnx_ops.tuning`` and clears the call plans (which keep the decisions made with the
+    old values); ``teardown`` puts the values back and clears the plans again."""
+
+    def force(self, **values):
+        try:
+            from numba_onnx_ops import tuning
+            from numba_onnx_ops.core import plans
+        except ImportError:
+            raise NotImplementedError("no numba_onnx_ops.core.plans") from None  # asv: skip
+        missing = [name for name in values if not hasattr(tuning, name)]
+        if missing:
+            raise NotImplementedError(f"no tuning.{missing[0]}")  # asv: skip
+        self._tuning, self._plans = tuning, plans
+        self._saved = {name: getattr(tuning, name) for name in values}
+        for name, value in values.items():
+            setattr(tuning, name, value)
+        plans.clear()
+
+    def teardown(self, *params):
+        for name, value in getattr(self, "_saved", {}).items():
+            setattr(self._tuning, name, value)
+        if hasattr(self, "_plans"):
+            self._plans.clear()
+
+
+#: Pow calls around their crossovers: the dtype of X and the exponent (a Python number).
+#: float32 ** 3.7 is of the GENERAL class, the others of the cheaper ones (square, cube).
+POW_CALLS = {
+    "float32 ** 3.7": ("float32", 3.7),
+    "float32 ** 2.0": ("float32", 2.0),
+    "int32 ** 3": ("int32", 3),
+    "float16 ** 3.7": ("float16", 3.7),
+}
+
+
+class PowHereOrPool(_HereOrPool):
+    """The crossover of Pow between the calling thread and the pool: ``x ** y`` on n elements
+    forced onto a serial kernel on the calling thread (``tuning.POW_HERE_MAX`` past any size)
+    and onto a ``parallel=True`` kernel on every thread (``POW_HERE_MAX`` 0), side by side.
+
+    A launch on the pool costs microseconds, more than the whole work of a small call;
+    the size at which the pool's time falls below the calling thread's, per exponent class, is
+    what ``tuning.POW_HERE_MAX`` holds: ``"general"`` from float32 ** 3.7 (GENERAL costs
+    several times the other classes per element, so the pool pays back sooner), ``"other"``
+    from float32 ** 2.0 and int32 ** 3.  A calling thread's kernel takes at most one chunk
+    (``ops.pow.kernels.CHUNK``, 16384 elements), the largest n here.  float16 ** 3.7 runs with
+    the half-type tables off (``tuning.TABLE_USE_MIN`` past any size): the direct kernel, which
+    a call below ``TABLE_USE_MIN`` elements or before its table is built runs (a table's
+    lookups always run on the pool)."""
+
+    params = (list(POW_CALLS), [256, 1024, 2048, 4096, 8192, 16384], WHERE)
+    param_names = ("call", "n", "where")
+
+    def setup(self, call, n, where):
+        dtype_name, exponent = POW_CALLS[call]
+        limit = _ANYWHERE if where == "calling thread" else 0
+        values = {"POW_HERE_MAX": {"general": limit, "other": limit}}
+        if dtype(dtype_name).itemsize == 2:
+            values["TABLE_USE_MIN"] = _ANYWHERE
+        self.force(**values)
+        rng = np.random.default_rng(0)
+        self.x = random_array(rng, shape(n), dtype_name, (0.25, 4.0), (-1000, 1000))
+        self.y = exponent
+        self.time_pow(call, n, where)  # warm-up: compiles outside the timings
+
+    def time_pow(self, call, n, where):
+        pow(self.x, self.y)
+
+
+#: Products of the own kernels around their crossover, by their multiply-adds in all: int32
+#: squares (n**3: 512 to 262,144) and float16 batches of 8x8 matrices (512 a matrix: 4,096 to
+#: 262,144).  (float32 batches this small go to numpy's BLAS, whatever the tuning here.)
+MATMUL_CALLS = {
+    **{f"int32 ({n},{n})@({n},{n})": ("int32", (n, n)) for n in (8, 16, 32, 64, 80, 96, 128)},
+    **{f"int64 ({n},{n})@({n},{n})": ("int64", (n, n)) for n in (16, 32, 48, 64, 96)},
+    **{
+        f"float16 ({b},8,8)@({b},8,8)": ("float16", (b, 8, 8))
+        for b in (8, 64, 256, 512, 1024, 2048)
+    },
+}
+
+
+class MatMulHereOrPool(_HereOrPool):
+    """The crossover of MatMul's own kernels between the calling thread and the pool: a
+    product forced onto its kernel's serial twin on the calling thread
+    (``tuning.MATMUL_HERE_MAX`` past any size) and onto the kernel on the pool
+    (``MATMUL_HERE_MAX`` 0), side by side.
+
+    The number of multiply-adds in all (batch x m x n x k) at which the pool's time falls below
+    the calling thread's is what ``tuning.MATMUL_HERE_MAX`` holds (``MATMUL_HERE_MAX_INT64``
+    from the int64 rows): up to it, a launch costs more than the second thread saves.  float32
+    and float64 products that numpy's BLAS takes are not affected."""
+
+    params = (list(MATMUL_CALLS), WHERE)
+    param_names = ("product", "where")
+
+    def setup(self, product, where):
+        dtype_name, dims = MATMUL_CALLS[product]
+        limit = _ANYWHERE if where == "calling thread" else 0
+        self.force(MATMUL_HERE_MAX=limit, MATMUL_HERE_MAX_INT64=limit)
+        rng = np.random.default_rng(0)
+        self.a = random_array(rng, shape(*dims), dtype_name)
+        self.b = random_array(rng, shape(*dims), dtype_name)
+        self.time_matmul(product, where)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, product, where):
+        matmul(self.a, self.b)

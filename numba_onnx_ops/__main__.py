@@ -55,7 +55,8 @@ def _parser() -> argparse.ArgumentParser:
         "bench",
         help="compare the speed with numpy and onnxruntime",
         description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types) "
-        "and onnxruntime (when installed) side by side on MatMul and Pow cases: results are "
+        "and onnxruntime (when installed) side by side on MatMul and Pow cases and small "
+        "models (also in onnx's ReferenceEvaluator, against the evaluator alone): results are "
         "checked to agree first, then the contenders are timed interleaved; the table gives "
         "medians, the spread of each (± half the interquartile range of its samples) and "
         "speed-up = best peer's median / ours. The machine's limits, measured before and after "
@@ -69,8 +70,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_const",
         const="quick",
         dest="size",
-        help="fewer rounds, and 256x256 instead of 1024x1024 for the half-type products "
-        "(numpy's take seconds there); same as --size quick",
+        help="fewer rounds, 256x256 instead of 1024x1024 for the half-type products "
+        "(numpy's take seconds there) and a batch of 64 instead of 1024 for the largest "
+        "models; same as --size quick",
     )
     size.add_argument(
         "--size",

@@ -16,16 +16,19 @@ from .ops.pow.api import pow  # noqa: A004
 if TYPE_CHECKING:
     from numpy.typing import DTypeLike
 
-# Shapes that walk every dispatch path: tiny, batched, odd sizes past the block edges,
-# matrix-vector products, batches of 8, 16 and 64 columns with enough work for the vector
-# micro-kernel (one of each of its block widths), and a product large enough for the half
-# types' own paths (sgemm panels, bfloat16 pairs); for Pow, every exponent class and
-# broadcast pattern.
+# Shapes that walk every dispatch path, on the calling thread and on the pool: tiny,
+# batched, odd sizes past the block edges, matrix-vector products (small and large), batches
+# of 8, 16 and 64 columns with enough work for the vector micro-kernel (one of each of its
+# block widths), and a product large enough for the half types' own paths (sgemm panels,
+# bfloat16 pairs); for Pow, every exponent class and broadcast pattern, on a base small enough
+# for the calling thread's kernels and on one large enough for the pool's.
 _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)),
                  ((2, 1, 33, 17), (3, 17, 5)), ((64,), (64, 64)), ((64, 64), (64,)),
+                 ((512,), (512, 512)), ((512, 512), (512,)),
                  ((2048, 8, 8), (2048, 8, 8)), ((256, 16, 16), (256, 16, 16)),
                  ((16, 64, 64), (16, 64, 64)), ((200, 192), (192, 200))]  # fmt: skip
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
+_POW_SHAPES = [(8, 40), (8, 4000)]
 
 
 def warmup(
@@ -66,10 +69,12 @@ def warmup(
         if dtype in matmul_types:
             for sa, sb in _MATMUL_CASES:
                 matmul(np.ones(sa, dtype), np.ones(sb, dtype))
-        if dtype in pow_types:
-            x = np.abs(rng.standard_normal((8, 40))).astype(dtype)
+        for shape in _POW_SHAPES if dtype in pow_types else ():
+            x = np.abs(rng.standard_normal(shape)).astype(dtype)
             if dtype.kind != "u":  # a negative base: the kernels that fix signs compile too
                 x[0, 0] = -x[0, 0]
+            if dtype.kind not in "iu":  # zero and NaN bases: the fix-up passes compile too
+                x[0, 1:3] = [0.0, np.nan]
             for e in _POW_EXPONENTS:
                 if dtype.kind in "iu" and e != int(e):
                     continue
@@ -103,17 +108,22 @@ def _dtype_list(dtypes) -> list[np.dtype]:
 def compiled_specializations() -> dict[str, int]:
     """Signatures compiled (or loaded from cache) so far, per numba function of this package.
 
-    Keys are ``module.function``; the kernels the front layers launch and the ``@njit``
-    helpers they call are both listed (a helper gets a signature per caller type).
+    Keys are ``module.function``; the kernels the front layers launch (with their serial twins,
+    ``module.function_here``) and the ``@njit`` helpers they call are all listed (a helper gets
+    a signature per caller type).
     """
     from numba.extending import is_jitted
 
-    kernels = {}
+    from .runtime.jit import serial_twins
+
+    found = list(serial_twins())
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(__package__ + "."):
             continue
-        for value in vars(module).values():
-            if is_jitted(value) and value.signatures:
-                func = value.py_func
-                kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
+        found.extend(value for value in vars(module).values() if is_jitted(value))
+    kernels = {}
+    for value in found:
+        if value.signatures:
+            func = value.py_func
+            kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
     return kernels

@@ -1,10 +1,12 @@
 """Every crossover: the sizes at which one way of computing overtakes another, per CPU where
 they differ.
 
-The dispatch code reads these at each call (``tuning.NAME``), so a test or an experiment can
-move one in one place.  The kernels read ``PREFETCH_MIN_K`` while they compile; the numba
-cache's sources stamp covers this module, so an edit recompiles them.  The measurements behind
-each value are kept with the benchmark that measures it (``benchmarks/``, ``docs/design.md``).
+The dispatch code reads these (``tuning.NAME``) when it decides a kind of call, and the
+call plans keep the decisions (``core.plans``): a test or an experiment moves a value here,
+then calls ``core.plans.clear()``.  The kernels read ``PREFETCH_MIN_K`` while they compile;
+the numba cache's sources stamp covers this module, so an edit recompiles them.  The
+measurements behind each value are kept with the benchmark that measures it (``benchmarks/``,
+``docs/design.md``).
 """
 
 from __future__ import annotations
@@ -63,13 +65,32 @@ WHOLE_MAX_K = {512: 8, 256: 32}
 # blocks finish before the lines would arrive).
 PREFETCH_MIN_K = 64
 
+# --- The calling thread or the pool (benchmarks/percall.py: MatMulHereOrPool, PowHereOrPool) -
+# A parallel launch wakes the pool and waits for the slower thread.  On the AMD EPYC Zen 3
+# virtual machine measured (2 vCPUs, avx2 fma f16c) a launch cost 14-17 us, so work runs on the
+# calling thread until it takes some 40-50 us there (where the quoted 4 us launch of other
+# machines holds, the crossovers sit lower: not measured).  Own-kernel MatMul products of at
+# most these many multiply-adds in all run on the kernels' serial twins; 64-bit integers
+# multiply at a fraction of the others' rate.  Measured (calling thread / pool, medians):
+# int32 80^3 29 / 37 us, 96^3 47 / 47 us; float16 (1024,8,8)^2 93 / 111 us, (2048,8,8)^2
+# 209 / 194 us; int64 48^3 34 / 46 us, 64^3 91 / 78 us.
+MATMUL_HERE_MAX = 1 << 19
+MATMUL_HERE_MAX_INT64 = 1 << 17
+# Pow results of at most this many elements (by exponent class: GENERAL costs several times the
+# others per element) run on the calling thread, one chunk at most (``kernels.CHUNK``): on
+# that machine the calling thread won at every size up to the chunk, float32 ** 3.7 on 16,384
+# elements 38 / 57 us, float64 71 / 99 us, float32 ** 2 3.9 / 30 us.
+POW_HERE_MAX = {"general": 16384, "other": 16384}
+
 # --- Pow: half-type result tables (benchmarks/power.py, PowHalfTable) -------------------------
 # A half-type base with one exponent is a table of 65,536 results.  A cached table serves
-# calls from TABLE_USE_MIN elements on (below, launch costs dominate both ways).  A table is
-# built once a call, or the calls since the last build with that exponent, reach
-# TABLE_BUILD_MIN elements: building costs the direct kernel over 65,536 elements.
+# calls from TABLE_USE_MIN elements on: its lookups run on the pool, and below that the
+# calling thread's direct kernel is faster than a launch (float16 ** 3.7, direct / table,
+# medians on the machine above: 2,048 elements 14 / 75 us, 8,192 38 / 97 us, 16,384 71 / 67
+# us).  A table is built once a call, or the calls since the last build with that exponent,
+# reach TABLE_BUILD_MIN elements: building costs the direct kernel over 65,536 elements.
 TABLE_BUILD_MIN = 65536
-TABLE_USE_MIN = 1024
+TABLE_USE_MIN = 16384
 
 # --- Memory: the result pool (runtime/memory.py) -----------------------------------------------
 # From glibc's largest mmap threshold on (DEFAULT_MMAP_THRESHOLD_MAX on 64-bit Linux), every

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, str(Path(__file__).parent))  # `import oracles` from every test module
 
+from spies import Launches, spy_on_kernels  # noqa: E402 - (from the path above)
+
 settings.register_profile(
     "default",
     max_examples=40,
@@ -34,23 +36,22 @@ def rng(request) -> np.random.Generator:
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(autouse=True)
+def fresh_plans():
+    """No call plan outlives a test: tests change ``tuning`` and replace the package's
+    functions, and a plan made earlier would keep what they decided then."""
+    plans = importlib.import_module("numba_onnx_ops.core.plans")
+    plans.clear()
+    yield
+    plans.clear()
+
+
 @pytest.fixture
-def launches(monkeypatch) -> list[str]:
-    """The names of the kernels the package launches during the test, in order, and "blas"
-    for each product handed to numpy's BLAS."""
-    seen: list[str] = []
-    parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
-    blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
-
-    def launch(kernel, *args, _real=parallel.launch):
-        seen.append(kernel.py_func.__name__)
-        return _real(kernel, *args)
-
-    def blas_matmul(*args, _real=blas.matmul, **kwargs):
-        seen.append("blas")
-        return _real(*args, **kwargs)
-
-    # Every kernel launch and every BLAS call goes through these two names.
-    monkeypatch.setattr(parallel, "launch", launch)
-    monkeypatch.setattr(blas, "matmul", blas_matmul)
+def launches(monkeypatch) -> Launches:
+    """The kernels the package runs during the test, in order, by their pool kernel's name
+    (a calling thread's kernel or serial twin, ``<name>_here``, as ``<name>``), and "blas" for
+    each product handed to numpy's BLAS; ``launches.pool`` and ``launches.here`` list those
+    run on the pool and on the calling thread (``spies.py``)."""
+    seen = Launches()
+    spy_on_kernels(monkeypatch, seen.add)
     return seen

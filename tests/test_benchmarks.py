@@ -92,6 +92,8 @@ def test_suite_has_a_class_per_kind_of_call():
         "PowPerCall",
         "MatMulPerCall",
         "ModelMatMulPowMatMul",
+        "PowHereOrPool",
+        "MatMulHereOrPool",
     }
     for cls in CLASSES:
         if getattr(cls, "params", None):
@@ -232,9 +234,10 @@ def test_cases_hold_this_cpus_targets():
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 53
+    assert len(names) == len(_bench.CASES) == 57
     assert set(_bench.DEMO_CASES) <= names
     assert {c.op for c in _bench.CASES} == {"MatMul", "Pow", "Model"}
+    assert {c.runtime for c in _bench.CASES if c.op == "Model"} == set(_bench.MODEL_RUNTIMES)
     assert _bench.select_cases(["pow-f16"]) == [
         c
         for c in _bench.CASES
@@ -360,6 +363,45 @@ def test_model_check_accepts_the_chains_rounding_and_rejects_a_perturbed_result(
     bad[0, 0] += 0.5
     assert "1 of 7 entries beyond" in _bench.check(case, x, weights, bad)
     assert "expected" in _bench.check(case, x, weights, good.astype(np.float64))
+
+
+def test_evaluator_cases_time_the_evaluator_with_our_ops_against_it_alone(launches):
+    from numba_onnx_ops.bench import contenders
+
+    case = _case("model-eval-f32-b32-w256")
+    x, weights = _bench.make_inputs(case, "tiny")
+    runs = {}
+    for name in _bench.CONTENDERS:
+        try:
+            func = contenders.FACTORIES[name](case, x, weights)
+        except _bench.Unavailable as exc:
+            runs[name] = str(exc)
+            continue
+        launches.clear()
+        out = func()
+        runs[name] = (_bench.check(case, x, weights, out), list(launches))
+    assert runs[_bench.OURS][0] is None and "pow_square" in runs[_bench.OURS][1]
+    assert runs[_bench.NUMPY] == (None, [])  # the evaluator alone: none of our kernels
+    assert runs[_bench.UPCAST] == runs[_bench.ORT] == "-"
+    table = _bench.format_table([_bench.Row(case, "tiny")])
+    assert "ReferenceEvaluator |" in table and "numpy is the same evaluator alone" in table
+
+
+@pytest.mark.parametrize("cls", [percall.PowHereOrPool, percall.MatMulHereOrPool])
+def test_here_or_pool_benchmarks_force_the_place_and_restore_the_tuning(cls, launches):
+    from numba_onnx_ops import tuning
+
+    names = ("POW_HERE_MAX", "MATMUL_HERE_MAX", "TABLE_USE_MIN")
+    saved = {name: getattr(tuning, name) for name in names}
+    for combo in _grid(cls):
+        bench = cls()
+        bench.setup(*combo)
+        launches.clear()
+        getattr(bench, _methods(cls)[0])(*combo)
+        bench.teardown(*combo)
+        place = "here" if combo[-1] == "calling thread" else "pool"
+        assert launches and set(launches.places) == {place}, (combo, launches.places)
+    assert {name: getattr(tuning, name) for name in saved} == saved
 
 
 def test_per_call_cases_pass_their_opset_and_python_exponent(monkeypatch):

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 from numba.core import config as numba_config
 from oracles import assert_same_values, matmul_exact_int, round_to_format
+from spies import Launches, spy_on_kernels
 
 import numba_onnx_ops as noo
 
@@ -34,6 +35,7 @@ own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
 parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
 tuning = importlib.import_module("numba_onnx_ops.tuning")
 kernels = importlib.import_module("numba_onnx_ops.ops.matmul.kernels")
+plans = importlib.import_module("numba_onnx_ops.core.plans")
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 F16, F32, F64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
@@ -52,6 +54,7 @@ _NAMES = {
     "narrow_panel": "narrow",
     "pack_bf16_pairs": "pairs",
     "matmul_whole": "whole",
+    "blas": "blas",
 }
 
 
@@ -61,22 +64,12 @@ def rng():
 
 
 @pytest.fixture
-def paths(monkeypatch):
-    """The list of paths the calls inside the test took, in order."""
-    seen: list[str] = []
-    real_launch = parallel.launch
-    real_blas = blas.matmul
-
-    def launch(kernel, *args):
-        seen.append(_NAMES[kernel.py_func.__name__])
-        return real_launch(kernel, *args)
-
-    def blas_spy(*args, **kwargs):
-        seen.append("blas")
-        return real_blas(*args, **kwargs)
-
-    monkeypatch.setattr(parallel, "launch", launch)  # every kernel launch goes through it
-    monkeypatch.setattr(blas, "matmul", blas_spy)  # every BLAS call goes through it
+def paths(monkeypatch) -> Launches:
+    """The list of paths the calls inside the test took, in order, wherever their kernels ran
+    (on the pool, or on the calling thread as serial twins); ``paths.places`` says where each
+    ran ("pool", "here" or "blas"; ``spies.py``)."""
+    seen = Launches()
+    spy_on_kernels(monkeypatch, lambda name, place: seen.add(_NAMES[name], place))
     return seen
 
 
@@ -232,7 +225,11 @@ def test_whole_products(paths, rng, own_floats, vector_width, dtype, monkeypatch
                     assert paths == ["whole"], (m, k, n, paths)
                     with monkeypatch.context() as blocks:
                         blocks.setattr(own, "whole_function", lambda *args: None)
+                        plans.clear()  # (the plan of this call took the whole-matrix code)
+                        paths.clear()
                         assert_same_values(got, noo.matmul(a, b))
+                        assert paths and "whole" not in paths, (m, k, n, paths)
+                    plans.clear()
     assert took >= 40  # the shapes above do reach the whole-matrix code
 
 
@@ -245,6 +242,7 @@ def test_whole_products_need_numbas_code_libraries(paths, rng, own_floats, monke
     monkeypatch.setattr(own, "native_function", lambda name, define: None)
     monkeypatch.setattr(own, "_whole_code", {})
     own.whole_function.cache_clear()
+    plans.clear()  # (the plan of the first call took the whole-matrix code)
     try:
         paths.clear()
         assert_same_values(got, check(a, b))
@@ -753,19 +751,21 @@ def test_float64_two_dimensional_is_blas(paths, rng):
     assert paths == ["blas"]
 
 
-def test_fast_path_keeps_every_check(paths, rng):
+def test_plans_keep_every_check(paths, rng):
     a = operand(rng, (4, 3), F32)
-    with pytest.raises(ValueError, match=r"\(4, 3\).*\(4, 4\)"):
-        noo.matmul(a, operand(rng, (4, 4), F32))
-    with pytest.raises(TypeError, match="same dtype"):
-        noo.matmul(a, operand(rng, (3, 4), F64))
-    with pytest.raises(ValueError, match="opset"):
-        noo.matmul(a, operand(rng, (3, 4), F32), opset=0)
+    for _ in range(2):  # raised again by a repeated call: a bad call leaves no plan
+        with pytest.raises(ValueError, match=r"\(4, 3\).*\(4, 4\)"):
+            noo.matmul(a, operand(rng, (4, 4), F32))
+        with pytest.raises(TypeError, match="same dtype"):
+            noo.matmul(a, operand(rng, (3, 4), F64))
+        with pytest.raises(ValueError, match="opset"):
+            noo.matmul(a, operand(rng, (3, 4), F32), opset=0)
     assert paths == []  # nothing ran
     b = operand(rng, (3, 4), F32)
-    got = noo.matmul(a, b.astype(">f4"))  # non-native byte order: the general path
-    assert got.dtype == F32
-    np.testing.assert_array_equal(got, noo.matmul(a, b))
+    for _ in range(2):
+        got = noo.matmul(a, b.astype(">f4"))  # non-native byte order: converted on each call
+        assert got.dtype == F32
+        np.testing.assert_array_equal(got, noo.matmul(a, b))
 
 
 @pytest.fixture
@@ -782,61 +782,74 @@ def checked(monkeypatch):
     return seen
 
 
-def test_same_length_float_batches_skip_the_general_checks(paths, rng, checked):
-    """Two float32/float64 batches of the same length (K > 0) take the general path's float
-    dispatch without its checks: BLAS for small batches, the own kernels for long ones.  A
-    broadcast batch, K = 0, a mismatch or an explicit opset still go through the checks."""
+def test_float_batches_are_checked_once_per_kind_of_call(paths, rng, checked):
+    """The first call of a kind (dtypes, shapes, strides, flags, opset) makes the general
+    path's checks and dispatch, and repeated calls of that kind take the path it chose without
+    them: BLAS for small float batches, the own kernels for long ones, nothing for an empty
+    batch.  A broadcast batch, K = 0 and an explicit opset are kinds of their own; a mismatch
+    is checked, and raises, on every call."""
     a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 16), F32)
-    np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
     long_batch = operand(rng, (4096, 8, 8), F64), operand(rng, (4096, 8, 8), F64)
-    check(*long_batch)
-    empty = noo.matmul(operand(rng, (0, 5, 3), F32), operand(rng, (0, 3, 4), F32))
-    assert empty.shape == (0, 5, 4) and empty.dtype == F32
-    assert checked == []
+    empty_batch = operand(rng, (0, 5, 3), F32), operand(rng, (0, 3, 4), F32)
+    for _ in range(3):
+        np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
+        check(*long_batch)
+        empty = noo.matmul(*empty_batch)
+        assert empty.shape == (0, 5, 4) and empty.dtype == F32
+    assert checked == [(2, 16, 16), (4096, 8, 8), (0, 5, 3)]
     assert paths[0] == "blas" and paths[1] != "blas"  # the long batch: an own kernel
-    assert len(paths) == 2  # nothing ran for the empty batch
-    check(operand(rng, (2, 16, 16), F32), operand(rng, (1, 16, 16), F32))
-    zeros = noo.matmul(operand(rng, (2, 5, 0), F32), operand(rng, (2, 0, 4), F32))
-    np.testing.assert_array_equal(zeros, np.zeros((2, 5, 4), F32))
-    check(*long_batch, opset=13)
+    assert paths == paths[:2] * 3  # the same paths on every call; nothing for the empty batch
+    checked.clear()
+    broadcast = operand(rng, (2, 16, 16), F32), operand(rng, (1, 16, 16), F32)
+    k_zero = operand(rng, (2, 5, 0), F32), operand(rng, (2, 0, 4), F32)
+    for _ in range(2):
+        check(*broadcast)
+        np.testing.assert_array_equal(noo.matmul(*k_zero), np.zeros((2, 5, 4), F32))
+        check(*long_batch, opset=13)
     assert checked == [(2, 16, 16), (2, 5, 0), (4096, 8, 8)]
-    with pytest.raises(ValueError, match="batch dimensions"):
-        noo.matmul(a, operand(rng, (3, 16, 16), F32))
-    with pytest.raises(ValueError, match="inner dimensions"):
-        noo.matmul(a, operand(rng, (2, 8, 16), F32))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="batch dimensions"):
+            noo.matmul(a, operand(rng, (3, 16, 16), F32))
+        with pytest.raises(ValueError, match="inner dimensions"):
+            noo.matmul(a, operand(rng, (2, 8, 16), F32))
+    assert len(checked) == 3 + 4
 
 
 @pytest.mark.parametrize("dtype", [I32, I64, U32, F16, BF16], ids=str)
-def test_other_dtypes_skip_the_general_checks(dtype, paths, rng, checked):
-    """2-D and same-length 3-D products of the other dtypes go to the general path's dispatch
-    without its checks, with the same results; everything else still goes through them."""
-    for sa, sb, layout in [
+def test_other_dtypes_are_checked_once_per_kind_of_call(dtype, paths, rng, checked):
+    """Products of the other dtypes, of every kind (2-D, batched, broadcast batches, vectors,
+    K = 0), make the general path's checks on their kind's first call only, and give the
+    general path's results (``out=``) bit for bit; errors are checked on every call."""
+    kinds = [
         ((4, 4), (4, 4), "C"),
         ((33, 20), (20, 47), "F"),
         ((3, 9, 5), (3, 5, 17), "C"),
         ((2, 300, 256), (2, 256, 200), "step"),  # half types: the panels (or the pairs)
-    ]:
-        a, b = operand(rng, sa, dtype, layout), operand(rng, sb, dtype)
-        assert_same_values(check(a, b), noo.matmul(a, b, opset=13), signed_zeros=False)
-    assert len(checked) == 4  # the calls with an opset
-    checked.clear()
-    general = [
-        ((2, 4, 3), (1, 3, 5)),  # broadcast batch
-        ((4, 3), (3,)),  # a vector
-        ((2, 3, 4, 3), (2, 3, 3, 5)),  # two batch axes
-        ((4, 0), (0, 5)),  # K = 0
+        ((2, 4, 3), (1, 3, 5), "C"),  # broadcast batch
+        ((4, 3), (3,), "C"),  # a vector
+        ((2, 3, 4, 3), (2, 3, 3, 5), "C"),  # two batch axes
+        ((4, 0), (0, 5), "C"),  # K = 0
     ]
-    for sa, sb in general:
-        check(operand(rng, sa, dtype), operand(rng, sb, dtype))
+    for sa, sb, layout in kinds:
+        a, b = operand(rng, sa, dtype, layout), operand(rng, sb, dtype)
+        first = check(a, b)
+        again = noo.matmul(a, b)
+        general = noo.matmul(a, b, out=np.empty(first.shape, dtype))
+        for got in (again, general):
+            assert got.dtype == first.dtype and got.shape == first.shape
+            assert got.tobytes() == first.tobytes(), (sa, sb, layout)
+    assert len(checked) == 2 * len(kinds)  # each kind's first call, and each call with out=
+    checked.clear()
     a = operand(rng, (4, 3), dtype)
-    with pytest.raises(ValueError, match="inner dimensions"):
-        noo.matmul(a, operand(rng, (4, 4), dtype))
-    with pytest.raises(TypeError, match="same dtype"):
-        noo.matmul(a, operand(rng, (3, 4), F32))
-    assert len(checked) == len(general) + 2
+    for _ in range(2):
+        with pytest.raises(ValueError, match="inner dimensions"):
+            noo.matmul(a, operand(rng, (4, 4), dtype))
+        with pytest.raises(TypeError, match="same dtype"):
+            noo.matmul(a, operand(rng, (3, 4), F32))
+    assert len(checked) == 4
 
 
-def test_other_dtypes_outside_the_short_path(rng):
+def test_int8_is_refused_and_other_byte_orders_converted(rng):
     a = np.ones((3, 3), np.int8)
     with pytest.raises(TypeError, match="MatMul-13: A has dtype int8"):
         noo.matmul(a, a)  # a dtype no version allows: the general path's error

@@ -151,6 +151,18 @@ def test_case_labels_give_the_inputs_actually_run(draw):
     assert len(set(labels)) == 2 and all("(7,7)" in label for label in labels)
 
 
+@pytest.mark.parametrize("size", ["full", "tiny"])
+def test_models_in_the_evaluator_fit_and_the_legend_names_their_peer(draw, size):
+    # the longest labels of the comparison (with the case's name under --size tiny)
+    rows = [_row("model-f32-b1024-w1024", size, 1e-3, 20e-3),
+            _row("model-eval-f32-b1024-w1024", size, 5e-3, 2e-3)]  # fmt: skip
+    fig = draw(rows, targets=True)
+    assert "ReferenceEvaluator" in fig.axes[0].get_yticklabels()[1].get_text()
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "numpy (ReferenceEvaluator rows: the evaluator alone)" in legend
+    _assert_readable(fig)
+
+
 def test_time_axis_times_have_units_and_whiskers(draw):
     fig = draw(ROWS, ENV, targets=True, warnings=["the copy took 2 ms before and 11 after"])
     ax_t, ax_r = fig.axes

@@ -332,8 +332,14 @@ def test_layouts_pow1(layout, rng):
 def streaming(monkeypatch):
     """``streaming(True)``: every result counts as larger than the caches, so the classes
     bound by memory write their whole cache lines with non-temporal stores and the partial ones
-    plainly; ``streaming(False)``: none does."""
+    plainly; ``streaming(False)``: none does.  Results of every size run on the pool's kernels,
+    the ones that stream (the calling thread's take small results only, and never stream)."""
+    from numba_onnx_ops import tuning
+    from numba_onnx_ops.core import plans
     from numba_onnx_ops.runtime import cpu
+
+    monkeypatch.setattr(tuning, "POW_HERE_MAX", {"general": 0, "other": 0})
+    plans.clear()
 
     def switch(on: bool) -> None:
         monkeypatch.setattr(cpu, "last_level_cache_bytes", lambda: 0 if on else 1 << 62)
@@ -778,36 +784,46 @@ _COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63 
                      math.inf, math.nan]  # fmt: skip
 
 
-@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, I32, I64], ids=dtype_id)
-def test_common_calls_equal_the_general_path(dtype, monkeypatch):
-    """Contiguous bases with a Python exponent, or with a same-shape exponent array, skip the
-    general path's steps; the results are the general path's bit for bit."""
-    from numba_onnx_ops.ops.pow import plan
+def _general(x, y, **kwargs):
+    """``pow`` on the general path, every decision made again (``out=`` takes no plan)."""
+    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
+    dtype = np.asarray(x).dtype.newbyteorder("=")  # (the result's byte order is native)
+    return noo.pow(x, y, out=np.empty(shape, dtype), **kwargs)
 
-    monkeypatch.setattr(plan, "_SCALAR_CALLS", {})
-    monkeypatch.setattr(plan, "_ARRAY_PAIRS", {})
+
+def _same_bits(actual: np.ndarray, expected: np.ndarray, what: str = "") -> None:
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape, what
+    assert actual.tobytes() == expected.tobytes(), what
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16, I32, I64], ids=dtype_id)
+def test_planned_calls_equal_the_general_path(dtype):
+    """Bases with a Python exponent, or with a same-shape exponent array, run their kind's
+    plan: made by the first call, run by the next; both give the general path's results bit
+    for bit, small calls (on the calling thread) and large ones (on the pool) alike."""
     rng = np.random.default_rng(7)
     for x in _common_call_bases(dtype, rng):
         for y in _COMMON_EXPONENTS:
-            assert_same_values(noo.pow(x, y), noo.pow(x, y, opset=15), what=f"{x.shape} ** {y}")
+            want = _general(x, y)
+            for call in ("miss", "hit"):
+                _same_bits(noo.pow(x, y), want, what=f"{call} {x.shape} ** {y}")
         for ydtype in (dtype, F32, I64):
             ys = rng.uniform(-4, 4, x.shape).astype(ydtype)
             if not is_int(ydtype):
                 with np.errstate(over="ignore"):  # (1e10 as float16)
                     ys.reshape(-1)[: len(_FLOAT_EXPONENTS)] = _FLOAT_EXPONENTS[: ys.size]
-            want = noo.pow(x, ys, opset=15)
-            assert_same_values(noo.pow(x, ys), want, what=f"{x.shape} ** {ydtype} array")
+            want = _general(x, ys)
+            for call in ("miss", "hit"):
+                _same_bits(noo.pow(x, ys), want, what=f"{call} {x.shape} ** {ydtype} array")
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
-def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
-    from numba_onnx_ops.ops.pow import decisions, plan
+def test_plans_check_each_kind_of_call_once(dtype, monkeypatch):
+    from numba_onnx_ops.ops.pow import decisions
 
     checked = []
     real_check = decisions.check
     monkeypatch.setattr(decisions, "check", lambda *a: checked.append(a[1]) or real_check(*a))
-    monkeypatch.setattr(plan, "_SCALAR_CALLS", {})
-    monkeypatch.setattr(plan, "_ARRAY_PAIRS", {})
     x = np.linspace(0.5, 2, 3000, dtype=dtype).reshape(3, 1000)
     for _ in range(3):
         for y in _COMMON_EXPONENTS:
@@ -815,10 +831,13 @@ def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
         noo.pow(x, x)
         noo.pow(x, x.astype(I32))
     assert len(checked) == len(_COMMON_EXPONENTS) + 2  # each value and dtype pair once
-    with pytest.raises(TypeError, match="Pow-15: Y has dtype bool"):
-        noo.pow(x, x > 1)  # an exponent dtype no version allows: the general path's error
-    with pytest.raises(TypeError, match="Pow-15: X has dtype bool"):
-        noo.pow(x > 1, 2.0)
+    checked.clear()
+    for _ in range(2):  # errors: raised on every call, as no plan is kept for them
+        with pytest.raises(TypeError, match="Pow-15: Y has dtype bool"):
+            noo.pow(x, x > 1)  # an exponent dtype no version allows: the general path's error
+        with pytest.raises(TypeError, match="Pow-15: X has dtype bool"):
+            noo.pow(x > 1, 2.0)
+    assert len(checked) == 4
 
 
 @pytest.mark.parametrize(
@@ -832,20 +851,17 @@ def test_common_calls_check_each_exponent_once(dtype, monkeypatch):
         (np.arange(1.0, 7.0, dtype=F32).astype(">f4"), 3.7),  # non-native byte order
         (np.arange(1.0, 7.0, dtype=F32), 0.0),  # x ** 0
         (np.arange(1.0, 7.0, dtype=F32), 1),  # x ** 1
+        (np.arange(1.0, 7.0, dtype=F32), [2.0]),  # a list: no plan
     ],
     ids=str,
 )
-def test_other_calls_take_the_general_path(x, y, monkeypatch):
-    from numba_onnx_ops.ops.pow import decisions
-
-    checked = []
-    real_check = decisions.check
-    monkeypatch.setattr(decisions, "check", lambda *a: checked.append(a[1]) or real_check(*a))
-    noo.pow(x, y)  # (the class of a new scalar exponent is looked up once, by the checks)
-    checked.clear()
-    got = noo.pow(x, y)
-    assert len(checked) == 1
-    assert_same_values(got, noo.pow(x, y, opset=15))
+def test_calls_of_every_layout_equal_the_general_path(x, y):
+    """Calls whose operands a calling thread's kernel does not take as they are (strided,
+    broadcast, another byte order), typed scalars and the exponents that need no kernel give
+    the general path's results on every call."""
+    want = _general(x, y)
+    for call in ("miss", "hit"):
+        _same_bits(noo.pow(x, y), want, what=call)
 
 
 def test_numpy_scalars_are_not_weakly_typed():

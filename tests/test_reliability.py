@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from oracles import assert_matmul_close, assert_pow_matches
 
 import numba_onnx_ops as nox
+from numba_onnx_ops.core import plans
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -32,19 +33,27 @@ _IMPORT_WORKLOAD = f"import sys; sys.path.insert(0, {_TESTS!r}); import workload
 
 
 def test_workload_reaches_the_own_kernels(launches):
-    """The calls the thread and process tests make launch the kernels they name, and none
-    goes to numpy's BLAS."""
+    """The calls the thread and process tests make run the kernels they name, where they name
+    (on the pool or on the calling thread, both in the workload), and none goes to numpy's
+    BLAS."""
     ops = {"matmul": nox.matmul, "pow": nox.pow}
-    for (name, op, kernels), (_, a, b) in zip(workload.CASES, workload.operands(0), strict=True):
-        ops[op](a, b)
-        assert len(launches) == 1 and launches[0] in kernels, (name, launches)
-        launches.clear()
+    cases = zip(workload.CASES, workload.operands(0), strict=True)
+    for (name, op, kernels, place), (_, a, b) in cases:
+        for _ in range(2):  # the call that makes the plan, and one that runs it
+            ops[op](a, b)
+            assert len(launches) == 1 and launches[0] in kernels, (name, launches)
+            assert launches.places == [place], (name, launches.places)
+            launches.clear()
+    places = {place for *_, place in workload.CASES}
+    assert places == {workload.POOL, workload.HERE}
+    assert places == {place for name, *_, place in workload.CASES if name in workload.FEW}
 
 
 def test_threads_get_the_same_results_as_one_thread():
     expected = {seed: workload.run(seed) for seed in range(4)}
     for seed, results in expected.items():
         workload.check(seed, results)
+    plans.clear()  # the threads make the plans, several at once, and share them
     with concurrent.futures.ThreadPoolExecutor(8) as pool:
         futures = {pool.submit(workload.run, seed % 4): seed % 4 for seed in range(32)}
         for fut in concurrent.futures.as_completed(futures, timeout=300):
@@ -238,7 +247,7 @@ def test_default_layer_is_tbb():
     out = run_python(
         """
         import numpy as np, numba, numba_onnx_ops as nox
-        nox.pow(np.ones(3), 2.0)
+        nox.pow(np.ones(100_000), 2.0)  # (large enough to run on the pool)
         print(numba.threading_layer())
         """,
         env={"NUMBA_THREADING_LAYER": "default"},
@@ -257,18 +266,24 @@ def test_tbb_marker_matches_pyproject():
 
 def test_nothing_compiles_at_import():
     """In a fresh process, importing the package (and its integrations) compiles no kernel;
-    the first call compiles (or loads) its own.  The seconds are measured by the benchmarks
+    the first call compiles (or loads) its own: a small call its calling thread's kernel, a
+    large one its pool kernel.  The seconds are measured by the benchmarks
     (``benchmarks/compile.py``), not asserted here."""
     code = """
     import json, numpy as np
     import numba_onnx_ops as nox, numba_onnx_ops.backend, numba_onnx_ops.reference
     before = nox.compiled_specializations()
     nox.pow(np.arange(4, dtype=np.int32), 3)
-    print(json.dumps([before, nox.compiled_specializations()]))
+    small = nox.compiled_specializations()
+    nox.pow(np.arange(100_000, dtype=np.int32), 3)
+    print(json.dumps([before, small, nox.compiled_specializations()]))
     """
-    before, after = json.loads(run_python(code))
+    before, small, large = json.loads(run_python(code))
     assert before == {}
-    assert after.get("numba_onnx_ops.ops.pow.kernels.pow_cube", 0) >= 1, after
+    kernels = "numba_onnx_ops.ops.pow.kernels."
+    assert small.get(kernels + "pow_cube_here", 0) >= 1, small
+    assert kernels + "pow_cube" not in small, small
+    assert large.get(kernels + "pow_cube", 0) >= 1, large
 
 
 def test_unwritable_cache_still_works():

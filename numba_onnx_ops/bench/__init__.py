@@ -20,15 +20,23 @@
    peak and the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be
    read, and a warning when they show that something else used the machine.
 
+A case is one operator call, or a small model (``((x @ w1) ** 2) @ w2``) on one of two runtimes:
+our ``Backend``, against onnxruntime, or onnx's ``ReferenceEvaluator`` with our MatMul and Pow
+(``new_ops=numba_onnx_ops.reference.OPS``), against the same evaluator alone, which runs onnx's
+numpy implementation and takes the ``numpy`` column of those rows.
+
 :mod:`.runner` ties the steps together.  matplotlib is needed only for ``--plot``.
 """
 
 from __future__ import annotations
 
 from .cases import (
+    BACKEND,
     CASES,
     DEMO_CASES,
+    EVALUATOR,
     FIRST_CALLS,
+    MODEL_RUNTIMES,
     SPREADS,
     TINY_DIM,
     Case,
@@ -61,10 +69,13 @@ from .runner import Row, numba_work, run_case, run_comparison, run_first_calls, 
 from .timing import SIZES, TIMINGS, Timing, steady_call_time, time_interleaved, wait_until_idle
 
 __all__ = [
+    "BACKEND",
     "CASES",
     "CONTENDERS",
     "DEMO_CASES",
+    "EVALUATOR",
     "FIRST_CALLS",
+    "MODEL_RUNTIMES",
     "NUMPY",
     "ORT",
     "OURS",

@@ -3,6 +3,12 @@
 Each case is one operator call, or one small model (op ``"Model"``, see :func:`chain_model`), on
 seeded inputs of given dtypes and shapes, with the speed-up the project aims for (shown only by
 ``bench --targets``).
+
+A model runs on one of two runtimes (``Case.runtime``): our ``Backend`` (:data:`BACKEND`, against
+onnxruntime), or onnx's ``ReferenceEvaluator`` with our MatMul and Pow (:data:`EVALUATOR`,
+``ReferenceEvaluator(model, new_ops=numba_onnx_ops.reference.OPS)``), against the same evaluator
+alone, ``ReferenceEvaluator(model)``: onnx's numpy implementation of every operator, shown in the
+``numpy`` column.
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ HALF_TYPES = (np.dtype(np.float16), BFLOAT16)
 #: Largest dimension of the ``tiny`` size: enough to reach every code path, too small to time.
 TINY_DIM = 7
 
+#: The runtimes of a ``"Model"`` case: our ``Backend``, whose peer is onnxruntime, or onnx's
+#: ``ReferenceEvaluator`` with our MatMul and Pow (``new_ops=OPS``), whose peer is the same
+#: evaluator alone (in the ``numpy`` column: it runs onnx's numpy implementation).
+BACKEND = "Backend"
+EVALUATOR = "evaluator"
+MODEL_RUNTIMES = (BACKEND, EVALUATOR)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -38,7 +51,8 @@ class Case:
     ``opset`` passes ``opset=`` to our call; ``python_exponent`` passes our call a 0-d exponent
     as a Python number, as numpy gets it (otherwise ours gets the 0-d array, as a model carries
     it).  A ``"Model"`` case runs :func:`chain_model`: X of ``shapes[0]``, two weights of
-    ``shapes[1]``, Pow by ``exponent``.
+    ``shapes[1]``, Pow by ``exponent``, on ``runtime`` (one of :data:`MODEL_RUNTIMES`; only
+    models have one).
     """
 
     name: str
@@ -52,6 +66,13 @@ class Case:
     threads: int | None = None
     opset: int | None = None
     python_exponent: bool = False
+    runtime: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.op == "Model" and self.runtime not in MODEL_RUNTIMES:
+            raise ValueError(f"{self.name}: a model's runtime is one of {MODEL_RUNTIMES}")
+        if self.op != "Model" and self.runtime is not None:
+            raise ValueError(f"{self.name}: only a model has a runtime")
 
     def shapes_at(self, size: str) -> tuple[Shape, Shape]:
         if size == "quick" and self.quick_shapes is not None:
@@ -69,6 +90,7 @@ class Case:
                 self.bases and f"{self.bases} bases",
                 self.threads and f"{self.threads} thread" + "s" * (self.threads > 1),
                 self.opset and f"opset={self.opset}",
+                self.runtime == EVALUATOR and "ReferenceEvaluator",
             )
             if note
         )
@@ -103,9 +125,22 @@ def _call_pow(name, dtype, n, target, exponent, opset=None) -> Case:
     return _pw(name, dtype, (n,), target, exponent=exponent, python_exponent=True, opset=opset)
 
 
-def _model(name, batch, width, target) -> Case:
+def _model(name, batch, width, target, runtime=BACKEND, quick_batch=None) -> Case:
     dims = ((batch, width), (width, width))
-    return Case(name, "Model", ("float32", "float32"), dims, target, exponent=2.0)
+    quick = None if quick_batch is None else ((quick_batch, width), (width, width))
+    dtypes = ("float32", "float32")
+    return Case(name, "Model", dtypes, dims, target, 2.0, quick_shapes=quick, runtime=runtime)
+
+
+# The models' sizes: (name, batch, width, Backend's target, batch under --quick).  At batch 1024
+# and width 1024 a run takes tens of milliseconds and its check (two float64 runs per
+# contender) half a second a contender: under --quick a batch of 64 keeps the weights and the
+# paths of the full size (BLAS products, a Pow on the pool) at a sixteenth of the work.
+_MODELS = (
+    ("f32-b1-w64", 1, 64, 0.5, None),
+    ("f32-b32-w256", 32, 256, 1.0, None),
+    ("f32-b1024-w1024", 1024, 1024, 1.0, 64),
+)
 
 
 _SQ = (1024, 1024)
@@ -171,9 +206,11 @@ CASES: tuple[Case, ...] = (
     _mm("call-matmul4x4-f32-opset13", "float32", (4, 4), (4, 4), 0.5, opset=13),
     _mm("call-matmul1x64x64-f32-opset13", "float32", (1, 64), (64, 64), 0.5, opset=13),
     _mm("call-matmul8x8-i32", "int32", (8, 8), (8, 8), 0.5),
-    # A small model through the Backend, against onnxruntime (its best peer).
-    _model("model-f32-b1-w64", 1, 64, 0.5),
-    _model("model-f32-b32-w256", 32, 256, 1.0),
+    # Models through the Backend, against onnxruntime (its best peer).
+    *(_model(f"model-{n}", b, w, target, quick_batch=q) for n, b, w, target, q in _MODELS),
+    # The same models in onnx's ReferenceEvaluator with our MatMul and Pow, against the
+    # evaluator alone (its numpy implementation, in the numpy column): never slower.
+    *(_model(f"model-eval-{n}", b, w, 1.0, EVALUATOR, q) for n, b, w, _, q in _MODELS),
 )
 
 #: Distributions of Pow bases (floats): near 1, magnitudes over 2**-30..2**30 (log-uniform,

@@ -45,7 +45,8 @@ def _check_matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> str | None:
 
 
 def _check_model(case: Case, x: np.ndarray, weights: np.ndarray, out: np.ndarray) -> str | None:
-    """Compare with onnx's reference evaluator running the same model in float64.
+    """Compare with onnx's reference evaluator running the same model in float64 (whatever
+    ran it in float32: our Backend, the evaluator with or without our operators, onnxruntime).
 
     Each MatMul within the bound above, K * eps * (|A| @ |B|), and ``h ** p`` adding ``p`` times
     its base's error and one rounding: in all (to first order, for p >= 1)

@@ -3,8 +3,13 @@
 Peers: ``numpy`` (what a user writes: ``a @ b``, ``x ** 3.7``, cast back to the input dtype where
 numpy promotes), ``numpy f32 upcast`` for the half types (``float32`` compute, one cast back), and
 ``onnxruntime`` (a one-node model, CPU provider, as many intra-op threads as numba uses, the session
-built once), when installed.  A ``"Model"`` case (:func:`.cases.chain_model`) runs on our
-``Backend`` and on onnxruntime, not on numpy.  Only the public API of the package is used here.
+built once), when installed.
+
+A ``"Model"`` case (:func:`.cases.chain_model`) runs on its runtime (``Case.runtime``): on our
+``Backend`` against onnxruntime (no numpy); or in onnx's ``ReferenceEvaluator`` with our MatMul
+and Pow (``new_ops=numba_onnx_ops.reference.OPS``) against the same evaluator alone, which runs
+onnx's numpy implementation of every operator and so is the ``numpy`` contender of those cases
+(onnxruntime does not take part).  Only the public API of the package is used here.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from .. import matmul, pow
-from .cases import HALF_TYPES, Case, chain_model
+from .cases import EVALUATOR, HALF_TYPES, Case, chain_model
 
 OURS = "numba_onnx_ops"
 NUMPY = "numpy"
@@ -32,8 +37,24 @@ class Unavailable(Exception):
     """A contender that cannot run this case (not installed, or no kernel for these dtypes)."""
 
 
+def _evaluator(case: Case, x: np.ndarray, weights: np.ndarray, *, ours: bool):
+    """A run of a model case's model on ``x`` in onnx's ``ReferenceEvaluator``, with our MatMul
+    and Pow (``ours``) or alone (onnx's numpy implementation)."""
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        from ..integrations.onnx_evaluator import OPS
+    except ImportError:  # (our module's own ImportError names the extra, not a module)
+        raise Unavailable("not installed (onnx)") from None
+    model = chain_model(weights, case.exponent)
+    evaluator = ReferenceEvaluator(model, new_ops=OPS if ours else None)
+    return lambda: evaluator.run(None, {"x": x})[0]
+
+
 def _ours(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
     if case.op == "Model":
+        if case.runtime == EVALUATOR:
+            return _evaluator(case, a, b, ours=True)
         try:
             from ..integrations.onnx_backend import Backend
         except ImportError:  # (the module's own ImportError names the extra, not a module)
@@ -50,7 +71,9 @@ def _ours(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
 
 def _numpy(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
     if case.op == "Model":
-        raise Unavailable("-")  # the models' peer is onnxruntime
+        if case.runtime == EVALUATOR:
+            return _evaluator(case, a, b, ours=False)  # the evaluator alone
+        raise Unavailable("-")  # the Backend's peer is onnxruntime
     if case.op == "MatMul":
         expr = np.matmul
     elif b.ndim == 0:
@@ -97,6 +120,8 @@ def ort_session(model):
 
 
 def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
+    if case.runtime == EVALUATOR:
+        raise Unavailable("-")  # the evaluator's peer is the evaluator alone
     try:
         import onnxruntime  # noqa: F401 - only whether it is there
         from onnx import helper

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .cases import EVALUATOR
 from .contenders import CONTENDERS, NUMPY, ORT, OURS, UPCAST
 from .report import environment_line, fmt_ratio, fmt_time
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 # Speed-up ticks, each also as its inverse: even steps on a log axis, short labels.
 _RATIO_STEPS = (1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 _COLORS = {OURS: "tab:blue", NUMPY: "tab:orange", UPCAST: "tab:olive", ORT: "tab:purple"}
+_LABEL_CHARS = 55
+_CHAR_INCHES = 0.085  # a character of a tick label, about (10-point DejaVu Sans)
 
 
 def case_labels(rows: Sequence[Row]) -> list[str]:
@@ -33,6 +36,14 @@ def case_labels(rows: Sequence[Row]) -> list[str]:
         f"{label} ({row.case.name})" if repeated[label] > 1 else label
         for label, row in zip(labels, rows, strict=True)
     ]
+
+
+def legend_name(name: str, rows: Sequence[Row]) -> str:
+    """A contender's name in the legend: ``numpy`` says that, on ReferenceEvaluator rows, it
+    stands for the evaluator alone (onnx's numpy implementation)."""
+    if name == NUMPY and any(row.case.runtime == EVALUATOR for row in rows):
+        return f"{NUMPY} (ReferenceEvaluator rows: the evaluator alone)"
+    return name
 
 
 def ratio_limit(values: Sequence[float]) -> float:
@@ -73,10 +84,15 @@ def figure(
     from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
     y = np.arange(len(rows))
+    labels = case_labels(rows)
+    # 15 inches hold labels of up to _LABEL_CHARS characters beside the two panels; each more
+    # widens the figure by about its width (a model in onnx's evaluator: 73).
+    longest = max((len(label) for label in labels), default=0)
+    width = 15 + _CHAR_INCHES * max(0, longest - _LABEL_CHARS)
     fig, (ax_t, ax_r) = plt.subplots(
         1,
         2,
-        figsize=(15, 0.42 * len(rows) + 2.6),
+        figsize=(width, 0.42 * len(rows) + 2.6),
         sharey=True,
         width_ratios=(3, 2),
         layout="constrained",
@@ -96,7 +112,7 @@ def figure(
             height,
             xerr=np.nan_to_num(np.abs(quartiles - values)),
             error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "black"},
-            label=name,
+            label=legend_name(name, rows),
             color=_COLORS[name],
         )
     ax_t.set_xscale("log")
@@ -110,7 +126,7 @@ def figure(
     ax_t.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: fmt_time(v)))
     ax_t.xaxis.set_minor_locator(NullLocator())
     ax_t.set_xlabel("median time per call (log scale; whiskers: middle half of the samples)")
-    ax_t.set_yticks(y, case_labels(rows))
+    ax_t.set_yticks(y, labels)
     ax_t.set_ylim(len(rows) - 0.5, -0.5)  # the first case on top, no empty rows around
     ax_t.grid(axis="x", alpha=0.3)
     ax_t.set_title("time per call (shorter is faster)")

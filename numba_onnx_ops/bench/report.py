@@ -17,8 +17,8 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
-from .cases import FirstCall, Spread
-from .contenders import CONTENDERS, OURS
+from .cases import EVALUATOR, FirstCall, Spread
+from .contenders import CONTENDERS, NUMPY, OURS
 
 if TYPE_CHECKING:
     from .runner import Row
@@ -183,8 +183,17 @@ SPREAD_NOTE = (
 )
 
 
+EVALUATOR_NOTE = (
+    f"- ReferenceEvaluator rows: {OURS} is onnx's ReferenceEvaluator with {OURS}' MatMul and Pow "
+    f"(new_ops=numba_onnx_ops.reference.OPS); {NUMPY} is the same evaluator alone, which runs "
+    "onnx's numpy implementation of every operator"
+)
+
+
 def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
     notes = [SPREAD_NOTE] if any(row.quartiles for row in rows) else []
+    if any(row.case.runtime == EVALUATOR for row in rows):
+        notes.append(EVALUATOR_NOTE)
     for row in rows:
         for name, status in row.status.items():
             if status not in ("ok", "-"):
@@ -229,11 +238,13 @@ def first_call_lines(first_calls: Mapping[FirstCall, Sequence[float]]) -> list[s
 def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
     """A flat, JSON- and CSV-friendly record of one row (times in seconds, each median with the
     first and third quartiles of its samples, ``_q1_s`` and ``_q3_s``; the numba functions our
-    first call compiled); ``targets`` adds the case's target speed-up and whether it was met."""
+    first call compiled; a model's runtime, ``None`` for an operator call); ``targets`` adds the
+    case's target speed-up and whether it was met."""
     (sa, sb), best = row.case.shapes_at(row.size), row.best_peer
     record: dict[str, Any] = {
         "case": row.case.name,
         "op": row.case.op,
+        "runtime": row.case.runtime,
         "inputs": row.case.label(row.size),
         "size": row.size,
         "dtype_a": row.case.dtypes[0],

@@ -6,12 +6,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import sys
+import threading
+import types
 from pathlib import Path
 
 import numba
 from numba.extending import overload
 
 from .numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
+from .schedule import no_call_state, no_chunksize, no_spread
 
 #: The modules kernels read while they compile, named within the package: those that define
 #: kernels and every package module they import, directly or through others (the helpers
@@ -94,9 +97,55 @@ def kernel(*, slp: bool = False, **options):
     def decorate(func):
         dispatcher = _cached_or_not(func, jit_options)
         dispatcher.slp = slp
+        dispatcher.jit_options = jit_options
         return dispatcher
 
     return decorate
+
+
+_twins: dict = {}
+_twin_lock = threading.Lock()
+
+
+def serial_twin(kernel):
+    """The kernel compiled for the calling thread alone: the same source without
+    ``parallel=True`` (its ``prange`` a plain loop), built on first use and cached on disk
+    apart from the kernel (under its own name, ``<name>_here``: numba files a function's
+    compiled code by its name, not by its options).  In the twin the kernel's own calls of
+    ``call_state``, ``spread`` and ``set_chunksize`` (``runtime.schedule``) do nothing: there is
+    no pool to spread over or balance, and their code would refer to the threading layer's
+    functions, which a twin loaded from the cache before the layer starts cannot reach (a
+    crash, seen).  Same arithmetic, same results."""
+    twin = _twins.get(kernel)
+    if twin is None:
+        with _twin_lock:
+            twin = _twins.get(kernel)
+            if twin is None:
+                twin = _twins[kernel] = _make_twin(kernel)
+    return twin
+
+
+def serial_twins() -> list:
+    """The serial twins made so far."""
+    return list(_twins.values())
+
+
+def _make_twin(kernel):
+    func = kernel.py_func
+    names = dict(
+        func.__globals__, call_state=no_call_state, set_chunksize=no_chunksize, spread=no_spread
+    )
+    twin = types.FunctionType(
+        func.__code__, names, func.__name__ + "_here", func.__defaults__, func.__closure__
+    )
+    twin.__qualname__ = func.__qualname__ + "_here"
+    twin.__module__ = func.__module__
+    twin.__doc__ = func.__doc__
+    options = {k: v for k, v in kernel.jit_options.items() if k != "parallel"}
+    dispatcher = _cached_or_not(twin, options)
+    dispatcher.slp = kernel.slp
+    dispatcher.jit_options = options
+    return dispatcher
 
 
 def _cached_or_not(func, jit_options):

@@ -25,6 +25,11 @@ package was tried with); the attributes below exist and behave as described in b
   functions numba's own ``numba.get_thread_id()`` and internal ``_iget_num_threads`` compile to,
   registered by the same start of the threading layer (which ``spread`` forces at compile time
   through the public ``numba.get_num_threads()``).
+- ``Dispatcher.overloads[signature].entry_point`` (:func:`entry_point`): the compiled wrapper
+  of one signature, which numba's dispatcher itself calls once it has matched the arguments'
+  types.  Called directly by a plan whose arguments always have those types, it skips the
+  matching, a third of a small call's dispatch.  The wrapper still unboxes each argument as its
+  type says (a wrong type raises ``TypeError``).  Where missing, the dispatcher is called.
 
 - Helpers compiled for linking only (:func:`link_only_jit`, :data:`LINK_ONLY_OPTIONS`): numba
   compiles every ``@njit`` function and ``@overload`` implementation a kernel calls as if it
@@ -116,6 +121,17 @@ def _warn_uncached() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+def entry_point(dispatcher, args: tuple):
+    """The compiled entry of ``dispatcher`` for arguments of ``args``' types (compiled now if
+    need be), to call directly with arguments of exactly those types; else the dispatcher."""
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    dispatcher.compile(sig)
+    try:
+        return dispatcher.overloads[sig].entry_point
+    except (AttributeError, KeyError):
+        return dispatcher
 
 
 def compile_with_slp(kernel, sig: tuple) -> None:

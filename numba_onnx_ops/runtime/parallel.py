@@ -13,8 +13,9 @@ the ``tbb`` package's ``libtbb`` (a dependency of this package) into the process
 default order (tbb, omp, workqueue) finds it; numba's settings are left untouched, so the user's
 other numba code sees the same choice numba would make with TBB on the loader's path.  Whatever
 layer is in force, ``launch`` then makes calls safe: under ``workqueue`` launches are
-serialized by a lock; under ``omp`` a forked child runs serial twins of the kernels (compiled
-there on first use).
+serialized by a lock; under ``omp`` a forked child runs serial twins of the kernels
+(``jit.serial_twin``).  Kernels compiled without ``parallel=True`` run through ``here``, under
+any layer.
 """
 
 from __future__ import annotations
@@ -26,11 +27,11 @@ from importlib import metadata
 
 import numba
 
-from .numba_private import compile_with_slp
+from .jit import serial_twin
+from .numba_private import compile_with_slp, entry_point
 
 _lock = threading.Lock()
 _forked_after_start = False  # this process is a fork of one whose layer had started
-_serial_twins: dict = {}
 _slp_built: set = set()  # (kernel, dtype of its first argument) compiled with SLP
 
 
@@ -70,15 +71,6 @@ def threading_layer() -> str | None:
         return None
 
 
-def _serial(kernel):
-    twin = _serial_twins.get(kernel)
-    if twin is None:
-        # Not cached on disk: the twin shares its source with the parallel kernel, and a
-        # forked child of an OpenMP process is the only place it is ever needed.
-        twin = _serial_twins[kernel] = numba.njit(nogil=True)(kernel.py_func)
-    return twin
-
-
 def launch(kernel, *args):
     """Call a kernel (``jit.kernel``) in the way the active threading layer allows: the one
     place every kernel call goes through.  A kernel marked ``slp`` is compiled first, with
@@ -94,9 +86,34 @@ def launch(kernel, *args):
     if layer == "tbb":
         return kernel(*args)
     if layer == "omp":
-        return (_serial(kernel) if _forked_after_start else kernel)(*args)
+        if _forked_after_start:
+            return here(serial_twin(kernel), *args)
+        return kernel(*args)
     with _lock:  # workqueue (or unknown): one parallel launch at a time
         return kernel(*args)
+
+
+def here(kernel, *args):
+    """Call a kernel compiled without ``parallel=True`` (a serial twin, ``jit.serial_twin``, or
+    a kernel of the calling thread's) on the calling thread: safe under every threading layer,
+    from any thread and after ``fork``, so no policy applies; compiled with SLP where marked
+    ``slp``, for each signature."""
+    if kernel.slp:
+        return here_entry(kernel, *args)(*args)
+    return kernel(*args)
+
+
+def here_entry(kernel, *args):
+    """What calls ``kernel`` on the calling thread as ``here`` does, for arguments of exactly
+    the types of ``args``: its compiled entry for them (``numba_private.entry_point``), built
+    now, SLP included.  A plan keeps it: it saves a small call a third of its dispatch."""
+    if kernel.slp:
+        sig = tuple(kernel.typeof_pyval(a) for a in args)
+        if sig not in kernel.overloads:
+            with _lock:  # (as in ``_build_with_slp``)
+                if sig not in kernel.overloads:
+                    compile_with_slp(kernel, sig)
+    return entry_point(kernel, args)
 
 
 def _build_with_slp(kernel, args) -> None:

@@ -154,6 +154,28 @@ def call_state():
     return state
 
 
+@numba.njit(inline="always")
+def no_call_state():
+    """``call_state`` of a kernel's serial twin (``jit.serial_twin``): no caller CPU, so
+    ``spread`` does nothing."""
+    state = stack_array(2, types.int64(0))
+    state[0] = -1
+    state[1] = 0
+    return state
+
+
+@numba.njit(inline="always")
+def no_spread(state):
+    """``spread`` of a kernel's serial twin: nothing to spread."""
+    return None
+
+
+@numba.njit(inline="always")
+def no_chunksize(n):
+    """``set_chunksize`` of a kernel's serial twin: no loop to split."""
+    return types.uintp(0)
+
+
 @intrinsic
 def spread(typingctx, state):
     """Called first in every parallel task with the kernel's ``call_state()``.

@@ -1,8 +1,9 @@
 """MatMul's entry point: ``matmul(A, B)`` as ONNX MatMul defines it.
 
 A call flows down: the decisions (``decisions.check``: version, dtypes, shapes), then the
-dispatch (``dispatch.run``: BLAS or which own kernel), then the kernel.  Common calls take
-``dispatch.common_call``, the same decisions in a few attribute reads.
+dispatch (BLAS or which own kernel, the calling thread or the pool), then the kernel.  A call of
+two ndarrays without ``out`` makes its plan once per kind of call (``dispatch.make``) and keeps
+it (``core.plans``); a repeated call runs the kept plan.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...core import plans
 from ...core.checks import dask_operand, finish, prepare_out
 from . import decisions, dispatch
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+_PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
 
 
 def matmul(
@@ -53,10 +57,19 @@ def matmul(
         A bad ``opset``, a rank-0 operand, inner dimensions or batch shapes that do not match,
         or ``out`` of the wrong shape.
     """
-    if out is None and opset is None and type(A) is np.ndarray and type(B) is np.ndarray:
-        result = dispatch.common_call(A, B)
-        if result is not None:
-            return result
+    if (
+        out is None
+        and type(A) is np.ndarray
+        and type(B) is np.ndarray
+        and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
+    ):
+        # The call's key: what its plan depends on (``dispatch.make``), in a flat tuple.
+        key = (A.dtype, A.shape, A.strides, A.flags.num, B.dtype, B.shape, B.strides,
+               B.flags.num, opset)  # fmt: skip
+        call = _PLANS.get(key)
+        if call is None:
+            call = plans.keep(_PLANS, key, dispatch.make(A, B, opset))
+        return call(A, B)
     if dask_operand(A, B):
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 

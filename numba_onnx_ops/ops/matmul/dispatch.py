@@ -13,9 +13,8 @@ For validated operands (``decisions.check``), ``run``:
 - everything else (integers, smaller half products, long batches of small float matrices,
   layouts BLAS cannot take): the own kernels (``own`` picks one by shape).
 
-The sizes where one path overtakes another are in ``tuning``.  ``common_call`` serves the
-common calls (plain 2-D, matrix-vector, one batch axis of the same length on both, no ``out``
-or ``opset``) with the same decisions in a few attribute reads.
+The sizes where one path overtakes another are in ``tuning``.  ``make`` turns a call's
+decisions into a plan the entry point keeps per call key (``api.matmul``, ``core.plans``).
 """
 
 from __future__ import annotations
@@ -26,66 +25,60 @@ import numpy as np
 
 from ... import tuning
 from ...core.dtypes import is_bfloat16
-from ...core.versions import MATMUL_ALLOWED, resolve_version
 from ...runtime import memory
-from . import bf16_pairs, blas, half_panels, own
+from . import bf16_pairs, blas, decisions, half_panels, own
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
-_NEWEST_TYPES = MATMUL_ALLOWED[resolve_version("MatMul")]
 
 
-def common_call(A: np.ndarray, B: np.ndarray):
-    """``A @ B`` for plain ndarrays of one dtype in the common layouts, every check of the
-    general path made in a few attribute reads; ``None`` when the call is not of that kind
-    (the general path then decides, and raises what it raises)."""
-    dt = A.dtype
-    # ``is``: numpy's builtin dtypes are singletons, and a dtype that is not one (say, with
-    # metadata) just takes the general path; ``==`` on dtypes costs more than the test.  The
-    # dtype test also rules out non-native byte order.
-    if (dt is _F32 or dt is _F64) and B.dtype is dt and A.ndim + B.ndim <= 6:
-        if A.ndim == 3 and B.ndim == 3:
-            # One batch axis on both, of the same length, K > 0.
-            nb, m, k = A.shape
-            if nb == B.shape[0] and k == B.shape[1] and k:
-                n = B.shape[2]
-                target = memory.empty((nb, m, n), dt)
-                if target.size:
-                    if blas_wins(dt, nb, m, n, k, A, B):
-                        blas.matmul(A, B, out=target)
-                    else:
-                        own.run(A, B, (nb,), m, n, k, target)
-                return target
-        elif A.ndim == 2 and B.ndim == 2:
-            if (
-                A.shape[1] == B.shape[0]
-                and (A.flags.c_contiguous or blas.blasable(A))  # (the flag is the cheaper test)
-                and (B.flags.c_contiguous or blas.blasable(B))
-            ):
-                return blas.matmul(A, B)
-        elif A.ndim + B.ndim == 3 and A.shape[-1] == B.shape[0]:
-            mat, vec = (A, B) if A.ndim == 2 else (B, A)
-            if vec.strides[0] == vec.itemsize and blas.blasable(mat):
-                return blas.matmul(A, B)  # matrix-vector or vector-matrix: gemv
-    elif B.dtype == dt and A.ndim == B.ndim and (A.ndim == 2 or A.ndim == 3):
-        # The other dtypes, 2-D or one batch axis of the same length on both, no size 0.
-        m, k = A.shape[-2:]
-        n = B.shape[-1]
-        batch = A.shape[:-2]
-        if (
-            k == B.shape[-2]
-            and m * n * k
-            and batch == B.shape[:-2]
-            and (not batch or batch[0])
-            and dt.isnative
-            and dt in _NEWEST_TYPES
-            and dt != _F32  # (float dtypes that are not numpy's own objects: BLAS
-            and dt != _F64  # may take them, so the general path)
-        ):
-            target = memory.empty(batch + (m, n), dt)
-            _run_own_paths(A, B, batch, m, n, k, target)
+def make(A: np.ndarray, B: np.ndarray, opset):
+    """The plan of a call of two ndarrays: ``decisions.check`` (which raises what ``matmul``
+    documents), then the work left for operands of this call's key, as a function
+    ``plan(A, B)``.  What a plan depends on, which the key must hold: the opset, the operands'
+    dtypes, shapes, strides (BLAS's layouts, the kernels' unit strides and batch offsets) and
+    flags (alignment, writability: the kernels' argument types)."""
+    _, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
+    dtype = a.dtype
+    if a is not A or b is not B:
+        # an operand converted (its byte order): the checks convert it on every call
+        return lambda A, B: _checked_call(A, B, opset)
+    size = math.prod(shape)
+    if size == 0:
+        return lambda A, B: memory.empty(shape, dtype)
+    if k == 0:
+        return lambda A, B: np.zeros(shape, dtype)
+    if dtype in (_F32, _F64) and blas_wins(dtype, math.prod(batch), m, n, k, a2, b2):
+        if shape and size * dtype.itemsize < tuning.POOL_MIN_BYTES:
+            return lambda A, B: blas.matmul(A, B)  # (with no result shape, numpy's is a scalar)
+        return lambda A, B: blas.matmul(A, B, out=memory.empty(shape, dtype))
+    step = _own_paths(a2, b2, batch, m, n, k)
+    # (numpy's own allocation below the pool's sizes: ``memory.empty`` would decide that again)
+    empty = np.empty if size * dtype.itemsize < tuning.POOL_MIN_BYTES else memory.empty
+    if a.ndim > 1 and b.ndim > 1:
+
+        def own(A, B):
+            target = empty(shape, dtype)
+            step(A, B, target)
             return target
-    return None
+
+    else:  # 1-D promotion: a row, a column
+        row, column = a.ndim == 1, b.ndim == 1
+
+        def own(A, B):
+            target = empty(shape, dtype)
+            step(A.reshape(1, -1) if row else A, B.reshape(-1, 1) if column else B, target)
+            return target
+
+    return own
+
+
+def _checked_call(A, B, opset):
+    _, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
+    target = memory.empty(shape, a.dtype)
+    if target.size:
+        run(a, b, a2, b2, batch, m, n, k, target)
+    return target
 
 
 def run(a, b, a2, b2, batch, m, n, k, target) -> None:
@@ -102,14 +95,20 @@ def run(a, b, a2, b2, batch, m, n, k, target) -> None:
 
 def _run_own_paths(a2, b2, batch, m, n, k, target) -> None:
     """``target[...] = a2 @ b2`` for 2-D-promoted operands that numpy's BLAS does not take as
-    they are: half types on pairs or panels where large, else the own kernels."""
+    they are."""
+    _own_paths(a2, b2, batch, m, n, k)(a2, b2, target)
+
+
+def _own_paths(a2, b2, batch, m, n, k):
+    """The step (``step(a2, b2, target)``) of a product of 2-D-promoted operands that numpy's
+    BLAS does not take as they are: half types on pairs or panels where large, else the own
+    kernels (``own.plan``)."""
     dt = a2.dtype
     if is_bfloat16(dt) and bf16_pairs.pairs_win(m, n, k):
-        bf16_pairs.run_bf16_pairs(a2, b2, batch, m, n, k, target)
-    elif dt.itemsize == 2 and half_blas_wins(m, n, k):
-        half_panels.run_half_blas(a2, b2, batch, m, n, k, target)
-    else:
-        own.run(a2, b2, batch, m, n, k, target)
+        return lambda a2, b2, target: bf16_pairs.run_bf16_pairs(a2, b2, batch, m, n, k, target)
+    if dt.itemsize == 2 and half_blas_wins(m, n, k):
+        return lambda a2, b2, target: half_panels.run_half_blas(a2, b2, batch, m, n, k, target)
+    return own.plan(a2, b2, batch, m, n, k)
 
 
 def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:

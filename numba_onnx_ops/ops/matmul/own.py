@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 
 import numba
 import numpy as np
@@ -14,6 +15,7 @@ from ...core.broadcast import batch_offsets, flat_buffer
 from ...core.dtypes import NATIVE, kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
+from ...runtime.jit import serial_twin
 from ...runtime.numba_private import native_function
 from . import kernels as _k
 from .microkernel import define_whole, tile_shape
@@ -27,45 +29,130 @@ _NTHREADS = numba.config.NUMBA_NUM_THREADS  # the pool size; reading it starts n
 def run(a, b, batch, m, n, k, target) -> None:
     """``target[...] = a @ b`` for validated 2-D-promoted operands (batch dimensions ``batch``)
     into a C-contiguous ``target``, on the kernel that suits the shape."""
-    nbatch = target.size // (m * n)
+    plan(a, b, batch, m, n, k)(a, b, target)
+
+
+def plan(a, b, batch, m, n, k):
+    """How the own kernels multiply operands of ``a``'s and ``b``'s dtype, shape, strides and
+    flags: a function ``step(a, b, target)`` that fills a C-contiguous ``target``.  The kernel,
+    its block sizes and the batch offsets are chosen here, once; a step takes the operands'
+    memory and runs the kernel, on the calling thread for products of at most
+    ``tuning.MATMUL_HERE_MAX`` multiply-adds (their serial twins, ``jit.serial_twin``), else on
+    the pool (``MATMUL_HERE_MAX_INT64`` for 64-bit integers)."""
+    nbatch = math.prod(batch)
     av, kind = kernel_view(a)
     bv, _ = kernel_view(b)
-    abuf, a_off, a_rs, a_cs = operand(av, batch, nbatch)
-    bbuf, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
-    tview = kernel_view(target)[0]
+    _, a_off, a_rs, a_cs = operand(av, batch, nbatch)
+    _, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
     acc = acc_proto(a.dtype)
     lanes = 32 // acc.itemsize  # accumulator elements in one 32-byte vector
-    A = (abuf, a_off, a_rs, a_cs)
     if n == 1:  # matrix-vector: one dot product per row
-        x = (bbuf, b_off, b_rs)
-        parallel.launch(_k.matmul_rows_dot, *A, *x, kind, tview.reshape(nbatch, m), m, k, 256, acc)
-        return
-    B = (bbuf, b_off, b_rs, b_cs)
+
+        def args(ab, bb, t):
+            out = t.reshape(nbatch, m)
+            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
+
+        return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
     if m == 1:  # vector-matrix: rows of B scaled and added, 1024 columns per task
-        x = (abuf, a_off, a_cs)
-        parallel.launch(
-            _k.matmul_cols_axpy, *x, *B, kind, tview.reshape(nbatch, n), n, k, 1024, acc
-        )
-        return
-    out3 = tview.reshape(nbatch, m, n)
+
+        def args(ab, bb, t):
+            out = t.reshape(nbatch, n)
+            return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, 1024, acc
+
+        return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
+    work = nbatch * m * n * k
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
-        parallel.launch(_k.matmul_whole, abuf, a_off, a_rs, bbuf, b_off, b_rs, out3, chunks, whole)
-        return
+
+        def args(ab, bb, t):
+            return ab, a_off, a_rs, bb, b_off, b_rs, t.reshape(nbatch, m, n), chunks, whole
+
+        return _step(_k.matmul_whole, args, a, b, work, nbatch * m * n)
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
         chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
-        parallel.launch(_k.matmul_vector, *A, bbuf, b_off, b_rs, out3, m, n, k, chunks, tile)
-    elif b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
-        parallel.launch(_k.matmul_small, *A, bbuf, b_off, b_rs, kind, out3, m, n, k, acc)
-    elif k <= tuning.DIRECT_KMAX and (kind == NATIVE or m * n * k <= tuning.DIRECT_HALF_MAX_MNK):
+
+        def args(ab, bb, t):
+            out = t.reshape(nbatch, m, n)
+            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, out, m, n, k, chunks, tile
+
+        return _step(_k.matmul_vector, args, a, b, work, nbatch * m * n)
+    if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
+
+        def args(ab, bb, t):
+            out = t.reshape(nbatch, m, n)
+            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, n, k, acc
+
+        return _step(_k.matmul_small, args, a, b, work, nbatch * m * n)
+    if k <= tuning.DIRECT_KMAX and (kind == NATIVE or m * n * k <= tuning.DIRECT_HALF_MAX_MNK):
         items = nbatch * -(-n // (2 * lanes))
         chunks = min(items, 4 * _NTHREADS)
-        parallel.launch(_k.matmul_direct, *A, *B, kind, out3, m, n, k, chunks, acc)
+
+        def args(ab, bb, t):
+            out = t.reshape(nbatch, m, n)
+            return (ab, a_off, a_rs, a_cs, bb, b_off, b_rs, b_cs, kind, out, m, n, k, chunks,
+                    acc)  # fmt: skip
+
+        return _step(_k.matmul_direct, args, a, b, work, nbatch * m * n)
+    blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
+
+    def args(ab, bb, t):
+        out = t.reshape(nbatch, m, n)
+        return (ab, a_off, a_rs, a_cs, bb, b_off, b_rs, b_cs, kind, out, m, n, k, *blocks,
+                acc)  # fmt: skip
+
+    return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
+
+
+def _step(kernel, args, a, b, work: int, size: int):
+    """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
+    kernel view)``: on the pool, or for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
+    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread, through the twin's compiled
+    entry for these argument types (resolved now, from ``a`` and ``b``, whose types every call
+    of the plan shares)."""
+    wide_int = a.dtype.kind in "iu" and a.dtype.itemsize == 8
+    if work > (tuning.MATMUL_HERE_MAX_INT64 if wide_int else tuning.MATMUL_HERE_MAX):
+
+        def on_pool(a, b, target):
+            t = kernel_view(target)[0]
+            parallel.launch(kernel, *args(_pool_buffer(a), _pool_buffer(b), t))
+
+        return on_pool
+    kind = kernel_view(a)[0].dtype
+    buffer_a, buffer_b = _buffer_of(a), _buffer_of(b)
+    sample = np.empty(size, kind)  # (a result of ``size`` elements)
+    entry = parallel.here_entry(serial_twin(kernel), *args(buffer_a(a), buffer_b(b), sample))
+    if kind == a.dtype:
+
+        def here(a, b, target):
+            entry(*args(buffer_a(a), buffer_b(b), target))
+
     else:
-        blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
-        parallel.launch(_k.matmul_packed, *A, *B, kind, out3, m, n, k, *blocks, acc)
+
+        def here(a, b, target):
+            entry(*args(buffer_a(a), buffer_b(b), target.view(kind)))
+
+    return here
+
+
+def _pool_buffer(x: np.ndarray) -> np.ndarray:
+    """The flat read-only buffer of an operand (``operand``), for the pool's kernels, which
+    take every operand so (their SLP builds are made for one signature per dtype)."""
+    return flat_buffer(kernel_view(x)[0])[0]
+
+
+def _buffer_of(x: np.ndarray):
+    """The function that gives the flat buffer of an operand of ``x``'s dtype and flags for
+    the calling thread's twins: a C-contiguous, aligned, writable operand itself, flat
+    (cheaper than ``_pool_buffer``'s read-only view; a plan's operands always have the same
+    flags, so one signature either way)."""
+    flags = x.flags
+    if flags.c_contiguous and flags.aligned and flags.writeable:
+        if kernel_view(x)[1] != NATIVE:
+            return lambda x: x.view(np.uint16).reshape(-1)
+        return lambda x: x.reshape(-1)
+    return _pool_buffer
 
 
 def vector_int64() -> bool:

@@ -1,8 +1,9 @@
 """Pow's entry point: ``pow(X, Y)`` as ONNX Pow defines it.
 
 A call flows down: the decisions (``decisions.check``: version, dtypes, shapes), then the plan
-(``plan.run``: the exponent class and its kernel), then the kernel.  Repeated common calls
-take ``plan.common_call``, which runs the same decisions once per exponent value or dtype pair.
+(the exponent class and its kernel, the calling thread or the pool), then the kernel.  A call
+of ndarrays without ``out`` makes its plan once per kind of call (``plan.call_key``) and keeps
+it (``core.plans``); a repeated call runs the kept plan.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ...core import plans
 from ...core.checks import dask_operand, finish, prepare_out
 from . import decisions, plan
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+
+_PLANS = plans.cache()  # call key -> plan (``plan.make``)
 
 
 def pow(  # noqa: A001 - the ONNX operator's name
@@ -78,11 +82,32 @@ def pow(  # noqa: A001 - the ONNX operator's name
         A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
         ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
     """
-    if out is None and opset is None and broadcast is None and axis is None:
-        if type(X) is np.ndarray:
-            result = plan.common_call(X, Y)
-            if result is not None:
-                return result
+    if (
+        out is None
+        and type(X) is np.ndarray
+        and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
+        and (broadcast is None and axis is None or plans.plain(broadcast, axis))
+    ):
+        # The call's key: what its plan depends on (``plan.make``), in a flat tuple (one of
+        # tuples took twice as long to look up), built here (a function call would be a tenth
+        # of a small call).
+        ty = type(Y)
+        if ty is np.ndarray:
+            value = Y.tobytes() if Y.size == 1 else None
+            key = (X.dtype, X.shape, X.flags.num, Y.dtype, Y.shape, Y.flags.num, value, opset,
+                   broadcast, axis)  # fmt: skip
+        elif ty is float or ty is int:
+            # (a NaN is not equal to itself: each NaN object would make a plan of its own)
+            key = (X.dtype, X.shape, X.flags.num, ty, Y, opset, broadcast, axis) if Y == Y else None
+        elif isinstance(Y, np.generic):
+            key = (X.dtype, X.shape, X.flags.num, Y.dtype, Y.tobytes(), opset, broadcast, axis)
+        else:
+            key = None
+        if key is not None:
+            call = _PLANS.get(key)
+            if call is None:
+                call = plans.keep(_PLANS, key, plan.make(X, Y, opset, broadcast, axis))
+            return call(X, Y)
     if dask_operand(X, Y):
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 

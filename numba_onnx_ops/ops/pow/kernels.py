@@ -467,9 +467,19 @@ def _task(
     yv = _chunk(y, yo, inner_y, n)
     if stream and _apply_streaming(op, xv, xkind, yv, ykind, out, oo, imin):
         return
+    flag = _chunk_pass(op, xv, xkind, yv, ykind, ov, imin)
+    if flag != _U8(0):
+        flags[task] = flag
+
+
+@njit(inline="always", error_model="numpy")
+def _chunk_pass(op, xv, xkind, yv, ykind, ov, imin):
+    """A contiguous chunk's results: the class's loops, then its fix-up passes, run now or
+    left to ``pow_fixup``: the flag byte of those left (0 for none).  The same steps on the pool
+    (``_task``) and on the calling thread (``_drive_here``)."""
     bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
     signs, flagged = _scan_flagged(op, xv, xkind, yv, ykind)
-    _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged, flags, task)
+    return _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged)
 
 
 def _apply_streaming(op, xv, xkind, yv, ykind, out, oo, imin):
@@ -527,12 +537,12 @@ def _apply_streaming_impl(op, xv, xkind, yv, ykind, out, oo, imin):
     return impl
 
 
-def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+def _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, flagged):
     raise NotImplementedError  # pragma: no cover - overloaded below
 
 
 @helper_overload(_fix_now_or_later)
-def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged):
     """A chunk's fix-up passes: for float32 and float64 bases, and half bases under an array
     of exponents, left to ``pow_fixup`` (a flag byte per task), whose code, a large part of the
     GENERAL kernel's first compile, is then compiled only for data that needs it (zero,
@@ -551,24 +561,23 @@ def _fix_now_or_later_impl(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, 
         general = op.literal_value == GENERAL
         if general and xv.dtype == types.float32 and not isinstance(yv, types.Array):
 
-            def scalar_signs(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+            def scalar_signs(op, xv, xkind, yv, ykind, ov, signs, flagged):
                 left = signs and not _scalar_signs(xv, yv, ov)
-                if left or flagged:
-                    flags[task] = _U8(1 if left else 0) | _U8(2 if flagged else 0)
+                return _U8(1 if left else 0) | _U8(2 if flagged else 0)
 
             return scalar_signs
 
-        def later(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
-            if signs or flagged:
-                flags[task] = _U8(1 if signs else 0) | _U8(2 if flagged else 0)
+        def later(op, xv, xkind, yv, ykind, ov, signs, flagged):
+            return _U8(1 if signs else 0) | _U8(2 if flagged else 0)
 
         return later
 
-    def now(op, xv, xkind, yv, ykind, ov, signs, flagged, flags, task):
+    def now(op, xv, xkind, yv, ykind, ov, signs, flagged):
         if signs:
             _fix_signs(op, xv, xkind, yv, ykind, ov)
         if flagged:
             _fix_flagged(op, xv, xkind, yv, ykind, ov)
+        return _U8(0)
 
     return now
 
@@ -603,6 +612,11 @@ def _fix_task(task, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out
     ov = out[oo : oo + n]
     xv = _chunk(x, xo, x_str[shape.size - 1], n)
     yv = _chunk(y, yo, y_str[shape.size - 1], n)
+    _fix_chunk(xv, xkind, yv, ykind, ov, flag)
+
+
+@njit(inline="always", error_model="numpy")
+def _fix_chunk(xv, xkind, yv, ykind, ov, flag):
     if flag & _U8(1):
         _fix_signs(GENERAL, xv, xkind, yv, ykind, ov)
     if flag & _U8(2):
@@ -924,3 +938,71 @@ def pow_fixup(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, 
             _fix_task(
                 t, nchunks, x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, flags[t]
             )
+
+
+# --- The calling thread's kernels -----------------------------------------------------------
+# Small calls run here, without waking the pool: a parallel launch costs more than their work
+# (where the sizes cross over: ``tuning.POW_HERE_MAX``).  One chunk of at most CHUNK elements,
+# contiguous: ``x`` and ``out`` 1-D of one length, ``y`` the same or a scalar (the plan copies
+# any other layout of a small call into that form, the same elements).  The chunk takes the
+# pool's steps (``_chunk_pass``), so results are bit for bit the pool's.  Few arguments, as a
+# numba call costs by its arguments.  A kernel returns the chunk's flag byte: nonzero, the
+# caller runs ``pow_fixup_here`` with it.
+
+
+@njit(inline="always", error_model="numpy")
+def _drive_here(op, x, xkind, y, ykind, out, imin):
+    return _chunk_pass(op, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_square_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(SQUARE, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_cube_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(CUBE, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_sqrt_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(SQRT, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_recip_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(RECIP, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_rsqrt_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(RSQRT, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_ipow_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(IPOW, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_general_here(x, xkind, y, ykind, out, imin):
+    return _drive_here(GENERAL, x, xkind, y, ykind, out, imin)
+
+
+@kernel(error_model="numpy")
+def pow_fixup_here(x, xkind, y, ykind, out, flag):
+    """``pow_fixup`` of a calling thread's kernel that returned the nonzero ``flag``."""
+    _fix_chunk(x, xkind, y, ykind, out, flag)
+
+
+#: The calling thread's kernel of each pool kernel.
+HERE = {
+    pow_square: pow_square_here,
+    pow_cube: pow_cube_here,
+    pow_sqrt: pow_sqrt_here,
+    pow_recip: pow_recip_here,
+    pow_rsqrt: pow_rsqrt_here,
+    pow_ipow: pow_ipow_here,
+    pow_general: pow_general_here,
+}

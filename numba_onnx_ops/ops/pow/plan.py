@@ -1,14 +1,21 @@
-"""Pow's plan: the kernel that runs a validated call (its exponent class, or a half-type
-table), the kernels' arguments, the launch and the fix-up pass.
+"""Pow's plan: what runs a validated call (its exponent class, or a half-type table; the
+calling thread or the pool), the kernels' arguments, the launch and the fix-up pass.
 
-Every class kernel (``kernels.py``) takes the same arguments: X and Y each as an *operand*, the
+``make`` turns a call's decisions into a plan the entry point keeps per call key
+(``api.pow``, ``core.plans``): small calls of the common layouts go straight to a calling
+thread's kernel, every other call to ``run`` without the checks.
+
+Every pool kernel (``kernels.py``) takes the same arguments: X and Y each as an *operand*, the
 tuple (flat buffer, origin, int64 element strides over the coalesced shape, kind code; a
 scalar exponent is its own buffer, with zero strides), then the flat output, the coalesced
 shape, the base's smallest integer, the table, the fix-up flags and whether to stream.
-``launch_class`` is the one place that assembles them and calls a kernel.
+``launch_class`` is the one place that assembles them and calls a kernel.  The calling
+thread's kernels (``kernels.HERE``) take contiguous operands, few arguments (``_call_here``).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -20,67 +27,170 @@ from . import decisions
 from . import kernels as _k
 from .tables import TableCache
 
-# What ``common_call`` has learned from the general path's checks: the
-# exponent class of each Python scalar exponent by (base dtype, type, value), as (kernel, its
-# scalar argument, the base's smallest integer), and the (base, exponent) dtype pairs allowed.
-# Bounded: cleared when full.
-_SCALAR_CALLS: dict = {}
-_ARRAY_PAIRS: dict = {}
-_LEARNED_MAX = 256
 _UNIT = np.ones(1, np.int64)  # the strides of one contiguous run (never written)
 _NONE = np.zeros(1, np.int64)  # a scalar exponent's (never written)
 
 
-def _learn(cache: dict, key, value):
-    if len(cache) >= _LEARNED_MAX:
-        cache.clear()
-    cache[key] = value
-    return value
+def make(X: np.ndarray, Y, opset, broadcast, axis):
+    """The plan of a call: ``decisions.check`` (which raises what ``pow`` documents), then
+    the work that is left for operands of this call's key, as a function ``plan(X, Y)``.
+
+    What a plan depends on, which the key must hold: the keywords; ``X``'s and ``Y``'s types,
+    dtypes and shapes (the checks); a one-element exponent's value (its class); and the
+    flags of ndarray operands (contiguity, alignment, writability: whether a calling thread's
+    kernel takes their memory as it is).  Not their strides: a plan either needs C-contiguous
+    operands, which the flags say, or reads each call's strides."""
+    _, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
+    dtype = x.dtype
+    if x is not X or (type(Y) is np.ndarray and not Y.dtype.isnative):
+        # an operand converted (its byte order): the checks convert it on every call
+        return lambda X, Y: _checked_call(X, Y, opset, broadcast, axis)
+    if type(Y) is not np.ndarray:
+        y_of = lambda Y: y  # noqa: E731 - a constant: the exponent as the version typed it
+    elif y is Y:
+        y_of = lambda Y: Y  # noqa: E731
+    else:  # Pow-1's legacy broadcast: Y reshaped to X's rank
+        y_of = lambda Y: Y.reshape(y.shape)  # noqa: E731
+    size = math.prod(shape)
+    if size and shape == X.shape and _compact(X):
+        common = _common_plan(x, y, y_of, shape, size)
+        if common is not None:
+            return common
+
+    def decided(X, Y):
+        target = memory.empty(shape, dtype)
+        if size:
+            run(X, y_of(Y), shape, target)
+        return target
+
+    return decided
 
 
-def common_call(X: np.ndarray, Y):
-    """``pow(X, Y)`` for the common call, in fewer steps than the general path (whose Python
-    dominates a small call): a C-contiguous ``X`` with a Python float or int exponent, or with
-    an ndarray exponent of the same shape; newest version, no ``out``.  The same kernels with
-    the same arguments as the general path, so the same results, and the general path's checks
-    and errors on the first call of each exponent value or dtype pair.  ``None`` when the call
-    is not of that kind.
-    """
-    dt = X.dtype
-    flags = X.flags
-    if X.size == 0 or not (flags.c_contiguous and flags.aligned and dt.isnative):
-        return None
-    ty = type(Y)
-    if ty is float or ty is int:
-        call = _SCALAR_CALLS.get((dt, ty, Y))
-        if call is None:
-            _, x, y, _ = decisions.check(X, Y, None, None, None)
-            kernel, exponent = scalar_class(x.dtype, y)
-            call = _learn(_SCALAR_CALLS, (dt, ty, Y), (kernel, exponent, np.int64(_imin(dt))))
-        kernel, ybuf, imin = call
+def _checked_call(X, Y, opset, broadcast, axis):
+    _, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
+    target = memory.empty(shape, x.dtype)
+    if target.size:
+        run(x, y, shape, target)
+    return target
+
+
+def _common_plan(x, y, y_of, shape, size):
+    """The plan of the common call, a C-contiguous base of the result's shape with a scalar
+    exponent or a C-contiguous one of that shape: its kernel's arguments made once, on the
+    calling thread or the pool by its size; ``None`` where the call is not one (or takes a
+    table, or needs no kernel)."""
+    dtype = x.dtype
+    if y.size == 1:
+        kernel, exponent = scalar_class(dtype, y)
         if kernel == "one" or kernel == "copy":
             return None
-        if is_half(dt) and X.size >= tuning.TABLE_USE_MIN and kernel not in _HALF_DIRECT:
+        if is_half(dtype) and size >= tuning.TABLE_USE_MIN and kernel not in _HALF_DIRECT:
             return None  # (the tables)
-        ykind, ystrides = NATIVE, _NONE
-    elif ty is np.ndarray and Y.shape == X.shape and Y.size > 1:
-        yflags = Y.flags
-        if not (yflags.c_contiguous and yflags.aligned and Y.dtype.isnative):
-            return None
-        imin = _ARRAY_PAIRS.get((dt, Y.dtype))
-        if imin is None:
-            decisions.check(X, Y, None, None, None)
-            imin = _learn(_ARRAY_PAIRS, (dt, Y.dtype), np.int64(_imin(dt)))
-        kernel = _k.pow_general
-        yv, ykind = kernel_view(Y)
-        ybuf, ystrides = contiguous_buffer(yv), _UNIT
+    elif y.shape == shape and _compact(y) and y_of(y) is y:
+        kernel, exponent = _k.pow_general, None
     else:
         return None
-    target = memory.empty(X.shape, dt)
-    xv, xkind = kernel_view(X)
-    x = (contiguous_buffer(xv), 0, _UNIT, xkind)
-    launch_class(kernel, x, (ybuf, 0, ystrides, ykind), target, [X.size], imin)
-    return target
+    imin = np.int64(_imin(dtype))
+    xkind = kernel_view(x)[1]
+    if not runs_here(kernel, size):
+        return _pool_plan(kernel, exponent, dtype, shape, size, imin, xkind, kernel_view(y)[1])
+    half = xkind != NATIVE
+    flat = len(shape) == 1
+    if exponent is not None:
+        ykind = NATIVE
+    else:
+        ykind = kernel_view(y)[1]
+    yhalf = ykind != NATIVE
+    kind = np.dtype(np.uint16) if half else dtype
+    # (the first call's operands have the types of every call of the plan's key)
+    xb, yb = kernel_view(x.reshape(-1))[0], exponent
+    if exponent is None:
+        yb = kernel_view(y.reshape(-1))[0]
+    serial = parallel.here_entry(_k.HERE[kernel], xb, xkind, yb, ykind, np.empty(0, kind), imin)
+
+    if flat and not half and not yhalf:  # (the common call, in fewer steps)
+        fixup = _k.pow_fixup_here
+        if exponent is None:
+
+            def here_arrays(X, Y):
+                out = np.empty(shape, dtype)
+                flag = serial(X, xkind, Y, ykind, out, imin)
+                if flag:
+                    parallel.here(fixup, X, xkind, Y, ykind, out, flag)
+                return out
+
+            return here_arrays
+
+        def here_scalar(X, Y):
+            out = np.empty(shape, dtype)
+            flag = serial(X, xkind, exponent, ykind, out, imin)
+            if flag:
+                parallel.here(fixup, X, xkind, exponent, ykind, out, flag)
+            return out
+
+        return here_scalar
+
+    def here(X, Y):
+        out = np.empty(shape, kind)
+        xb = X if flat else X.reshape(-1)
+        if half:
+            xb = xb.view(np.uint16)
+        if exponent is None:
+            yb = Y if flat else Y.reshape(-1)
+            if yhalf:
+                yb = yb.view(np.uint16)
+        else:
+            yb = exponent
+        ob = out if flat else out.reshape(-1)
+        flag = serial(xb, xkind, yb, ykind, ob, imin)
+        if flag:
+            parallel.here(_k.pow_fixup_here, xb, xkind, yb, ykind, ob, flag)
+        return out.view(dtype) if half else out
+
+    return here
+
+
+def _pool_plan(kernel, exponent, dtype, shape, size, imin, xkind, ykind):
+    """``_common_plan``'s call on the pool: ``launch_class`` with the arguments of one
+    contiguous run (read-only buffers, as every pool call passes them)."""
+    dims = [size]
+    if exponent is None:
+        ystrides = _UNIT
+    else:
+        ystrides, ykind = _NONE, NATIVE
+
+    def pool(X, Y):
+        target = memory.empty(shape, dtype)
+        xb = contiguous_buffer(kernel_view(X)[0])
+        yb = exponent if exponent is not None else contiguous_buffer(kernel_view(Y)[0])
+        launch_class(kernel, (xb, 0, _UNIT, xkind), (yb, 0, ystrides, ykind), target, dims, imin)
+        return target
+
+    return pool
+
+
+def _compact(a: np.ndarray) -> bool:
+    """Whether a calling thread's kernel takes ``a``'s memory as it is: C-contiguous, aligned
+    and writable (the kernels never write their operands, but numba types a read-only array
+    apart, and each type is another compile of the kernel)."""
+    flags = a.flags
+    return flags.c_contiguous and flags.aligned and flags.writeable
+
+
+def _call_here(serial, xb, xkind, yb, ykind, out, imin) -> None:
+    """Run a calling thread's kernel (``kernels.HERE``), then its fix-up passes if it flagged
+    them.  ``xb``, ``out``: 1-D, contiguous, of one length; ``yb`` the same, or the scalar
+    exponent."""
+    flag = parallel.here(serial, xb, xkind, yb, ykind, out, imin)
+    if flag:
+        parallel.here(_k.pow_fixup_here, xb, xkind, yb, ykind, out, flag)
+
+
+def runs_here(kernel, size: int) -> bool:
+    """Whether a call of ``size`` result elements on an exponent class's ``kernel`` runs on the
+    calling thread (``tuning.POW_HERE_MAX``)."""
+    most = tuning.POW_HERE_MAX["general" if kernel is _k.pow_general else "other"]
+    return size <= min(most, _k.CHUNK)  # (the calling thread's kernels take one chunk)
 
 
 def _imin(dtype: np.dtype) -> int:
@@ -179,6 +289,16 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
     """Run an exponent class's kernel (``exponent``: its scalar argument, ``None`` for an
     array ``y``); with a ``table``, the kernel maps ``x`` through it instead of computing."""
     xv, xkind = kernel_view(x)
+    if table is None and runs_here(kernel, target.size):
+        if exponent is None:
+            yv, ykind = kernel_view(y)
+            yb = _contiguous(yv, shape)
+        else:
+            yb, ykind = exponent, NATIVE
+        tview = kernel_view(target)[0].reshape(-1)
+        imin = np.int64(_imin(x.dtype))
+        _call_here(_k.HERE[kernel], _contiguous(xv, shape), xkind, yb, ykind, tview, imin)
+        return
     xbuf, xorg, xstr = flat_buffer(xv)
     if exponent is None:
         yv, ykind = kernel_view(y)
@@ -191,6 +311,17 @@ def _direct(kernel, exponent, x, y, shape, target: np.ndarray, table=None) -> No
     xop = (xbuf, xorg, np.array(xs, np.int64), xkind)
     yop = (ybuf, yorg, np.array(ys, np.int64), ykind)
     launch_class(kernel, xop, yop, target, dims, np.int64(_imin(x.dtype)), table)
+
+
+def _contiguous(v: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``v`` broadcast to ``shape`` as a 1-D array a calling thread's kernel takes
+    (``_compact``): a copy unless it already is one (small calls only: copying costs less than
+    their launch would)."""
+    if v.shape != shape:
+        v = np.broadcast_to(v, shape)
+    if not _compact(v):
+        v = np.array(v, order="C")
+    return v.reshape(-1)
 
 
 def launch_class(kernel, x, y, target: np.ndarray, dims: list[int], imin, table=None):
