@@ -3,13 +3,16 @@ stale cached machine code or break a call; the kernels fall back to numba's plai
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
 import numba
 import pytest
 from child import run_python
+from package_imports import MODULES, imported, tree
 
+from numba_onnx_ops.runtime import jit
 from numba_onnx_ops.runtime import numba_private as _numba_private
 
 SCRIPT = """
@@ -98,13 +101,26 @@ codegen.JITCodeLibrary._finalize_specific = recording(
     codegen.JITCodeLibrary._finalize_specific, emitted)
 
 import numba_onnx_ops as nox
-x = np.linspace(0.25, 2.0, 40).astype(np.float16)
-y = np.linspace(-1.5, 1.5, 40).astype(np.float16)
-got = nox.pow(x, y).astype(np.float64)
-a = np.arange(36, dtype=np.int32).reshape(6, 6) - 17
+from numba_onnx_ops import tuning
+from numba_onnx_ops.ops.pow.kernels import CHUNK
+from numba_onnx_ops.runtime import jit
+# small calls (the calling thread's kernels) and large ones (the pool's, with parallel loops)
+pow_right = matmul_right = True
+for n in (40, min(tuning.POW_HERE_MAX["general"], CHUNK) + 1):
+    x = np.linspace(0.25, 2.0, n).astype(np.float16)
+    y = np.linspace(-1.5, 1.5, n).astype(np.float16)
+    got = nox.pow(x, y).astype(np.float64)
+    pow_right &= bool(np.all(np.abs(got - x.astype(np.float64) ** y) <= 1e-3 * np.abs(got)))
+side = 6
+while side**3 <= tuning.MATMUL_HERE_MAX:
+    side += 1
+for n in (6, side):
+    a = np.arange(n * n, dtype=np.int32).reshape(n, n) % 35 - 17
+    matmul_right &= nox.matmul(a, a).tolist() == (a.astype(np.int64) @ a).tolist()
 print(json.dumps({
-    "pow": bool(np.all(np.abs(got - x.astype(np.float64) ** y) <= 1e-3 * np.abs(got))),
-    "matmul": nox.matmul(a, a).tolist() == (a.astype(np.int64) @ a).tolist(),
+    "pow": pow_right,
+    "matmul": matmul_right,
+    "twins": [twin.py_func.__qualname__ for twin in jit.serial_twins()],
     "emitted": emitted,
     "optimized": optimized,
 }))
@@ -112,36 +128,50 @@ print(json.dumps({
 
 
 def _kernel_names() -> set[str]:
-    """The parallel kernels: the only functions numba_onnx_ops calls from Python."""
-    from numba.core.registry import CPUDispatcher
+    """The functions of the package decorated as kernels (``runtime.jit.kernel``), on the pool
+    or the calling thread: with their serial twins, the only functions numba_onnx_ops calls
+    from Python."""
+    names = set()
+    for module in MODULES:
+        if (jit.__name__, "kernel") not in imported(module):
+            continue
+        for node in ast.walk(tree(module)):
+            if isinstance(node, ast.FunctionDef) and any(
+                ast.unparse(d.func if isinstance(d, ast.Call) else d) == "kernel"
+                for d in node.decorator_list
+            ):
+                names.add(node.name)
+    return names
 
-    from numba_onnx_ops.ops.matmul import kernels as matmul
-    from numba_onnx_ops.ops.pow import kernels as power
 
-    return {
-        obj.py_func.__qualname__
-        for module in (matmul, power)
-        for obj in vars(module).values()
-        if isinstance(obj, CPUDispatcher) and obj.targetoptions.get("parallel")
-    }
+@pytest.fixture(scope="module")
+def machine_code(tmp_path_factory) -> dict:
+    """What ``MACHINE_CODE_SCRIPT`` reports, from one run with a cache of its own."""
+    cache = tmp_path_factory.mktemp("machine_code")
+    out = run_python(MACHINE_CODE_SCRIPT, env={"NUMBA_CACHE_DIR": str(cache)})
+    return json.loads(out.splitlines()[-1])
 
 
 @pytest.mark.parametrize("step", ["emitted", "optimized"])
-def test_only_kernels_become_machine_code(tmp_path, step):
+def test_only_kernels_become_machine_code(machine_code, step):
     """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise
     optimize each of them as a whole and turn it into machine code of its own, with Python and
     C wrappers, on the first call.  Of the functions numba builds for a parallel loop, only the
     loop's body is optimized and becomes machine code before the kernel does (numba takes the
     address of its entry); its two wrappers are only linked."""
-    out = run_python(MACHINE_CODE_SCRIPT, env={"NUMBA_CACHE_DIR": str(tmp_path)})
-    result = json.loads(out.splitlines()[-1])
+    result = machine_code
     assert result["pow"] and result["matmul"]
     kernels = _kernel_names()
+    # a serial twin is its kernel's code under the kernel's name and ``_here``
+    assert all(t.removesuffix("_here") in kernels for t in result["twins"]), result["twins"]
+    kernels |= set(result["twins"])
     others = [
         n for n in result[step] if n not in kernels and not n.startswith("__numba_parfor_gufunc")
     ]
     assert others == []
-    assert any(n in kernels for n in result[step])
+    # kernels of both places went through the step: the pool's and the calling thread's
+    assert any(n in kernels and not n.endswith("_here") for n in result[step]), result[step]
+    assert any(n in kernels and n.endswith("_here") for n in result[step]), result[step]
 
 
 def test_helpers_refuse_calls_from_python():

@@ -41,6 +41,7 @@ import numba_onnx_ops as nox
 plans = importlib.import_module("numba_onnx_ops.core.plans")
 pow_api = importlib.import_module("numba_onnx_ops.ops.pow.api")
 matmul_api = importlib.import_module("numba_onnx_ops.ops.matmul.api")
+pow_kernels = importlib.import_module("numba_onnx_ops.ops.pow.kernels")
 tuning = importlib.import_module("numba_onnx_ops.tuning")
 
 POW_X = (F16, F32, F64, BF16, I32, I64)  # every X dtype of Pow-15
@@ -175,9 +176,23 @@ def matmul_operand(rng, shape, dtype) -> np.ndarray:
 # ------------------------------------------------------------------------------------------
 # every kind of call: the miss, the hit and the general path agree bit for bit
 # ------------------------------------------------------------------------------------------
-#: 16 and 1000 elements on the calling thread, 5000 on the pool for the general exponent
-#: class only, 20000 on the pool (``tuning.POW_HERE_MAX``); 1-D and N-D
-POW_SHAPES = [(16,), (10, 100), (5000,), (4, 50, 100)]
+def _pow_here_max() -> dict[str, int]:
+    """The most result elements each exponent class computes on the calling thread
+    (``tuning.POW_HERE_MAX``, at most one chunk)."""
+    return {c: min(n, pow_kernels.CHUNK) for c, n in tuning.POW_HERE_MAX.items()}
+
+
+def _pow_shapes() -> list[tuple[int, ...]]:
+    """Bases of 16 and 1000 elements (the calling thread), of just as many elements as each
+    exponent class computes on the calling thread and of one more (the pool), and an N-D one
+    larger than all of them (the pool); 1-D and N-D."""
+    edges = sorted(set(_pow_here_max().values()))
+    shapes = [(16,), (10, 100)]
+    for n in edges:
+        shapes += [(n,), (n + 1,)]
+    return shapes + [(4, 50, max(100, edges[-1] // 200 + 1))]
+
+
 PY_EXPONENTS = [2.0, 3.0, 0.5, -1.0, -0.5, 5.0, -3.0, 3.7, 0.0, 1.0, math.nan, math.inf, -math.inf,
                 2, 3, 5, -3, 0, 1, 2**40, 2**63 + 5]  # fmt: skip
 NP_EXPONENTS = [np.float32(2), np.float64(3.7), np.int32(3), np.int64(-3), np.float16(0.5),
@@ -185,25 +200,45 @@ NP_EXPONENTS = [np.float32(2), np.float64(3.7), np.int32(3), np.int64(-3), np.fl
 
 
 def test_the_grids_reach_both_places():
-    """The sizes above sit on both sides of every class's crossover."""
-    general, other = tuning.POW_HERE_MAX["general"], tuning.POW_HERE_MAX["other"]
-    sizes = [math.prod(s) for s in POW_SHAPES]
-    assert min(sizes) <= general < max(sizes) and any(general < n <= other for n in sizes)
-    assert max(sizes) > other
+    """The sizes above sit on both sides of every class's crossover: at it and just past it,
+    in 1-D, and an N-D base on either side."""
+    sizes = {s: math.prod(s) for s in _pow_shapes()}
+    for most in _pow_here_max().values():
+        assert most in sizes.values() and most + 1 in sizes.values()
+        assert any(len(s) > 1 and n <= most for s, n in sizes.items())
+        assert any(len(s) > 1 and n > most for s, n in sizes.items())
+
+
+def assert_unplanned_agrees(op, a, b, what="", **kwargs) -> np.ndarray:
+    """A call that keeps no plan (it takes the general path every time): it and a repeat
+    give the general path's bits.  The result."""
+    cache = _cache_of(op)
+    plans.clear()
+    first = op(a, b, **kwargs)
+    again = op(a, b, **kwargs)
+    assert len(cache) == 0, f"{what}: the call kept a plan"
+    general = _general(op, a, b, first.shape, **kwargs)
+    _same_bits(again, first, what=f"{what} (again)")
+    _same_bits(general, first, what=f"{what} (the general path)")
+    return first
 
 
 @pytest.mark.parametrize("dtype", POW_X, ids=dtype_id)
 def test_pow_plans_of_every_exponent(dtype, rng):
     """Python and numpy scalar exponents of every class, same-shape exponent arrays of several
     dtypes, broadcast and one-element exponent arrays, at every size."""
-    for shape in POW_SHAPES:
+    for shape in _pow_shapes():
         x = pow_base(rng, shape, dtype)
         for y in PY_EXPONENTS + NP_EXPONENTS:
+            what = f"{dtype} {shape} ** {y!r}"
             if type(y) is int and y > 2**63 - 1:  # a Python int is an int64 from Pow-12 on
                 with pytest.raises(OverflowError):
                     nox.pow(x, y)
-                continue
-            assert_plan_agrees(nox.pow, x, y, what=f"{dtype} {shape} ** {y!r}")
+            elif type(y) is float and math.isnan(y):
+                # (a NaN object is not equal to itself: no key finds a plan, none is kept)
+                assert_unplanned_agrees(nox.pow, x, y, what=what)
+            else:
+                assert_plan_agrees(nox.pow, x, y, what=what)
         arrays = [pow_exponents(rng, shape, yd) for yd in (dtype, F64, I32, U8, BF16)]
         arrays += [
             pow_exponents(rng, shape[-1:], F32),  # a row, broadcast
@@ -270,31 +305,70 @@ def test_pow_plans_of_every_opset(opset, xdtypes, rng):
                 assert_plan_agrees(nox.pow, x, mixed, what=f"{what} mixed", opset=opset)
 
 
+def _matmul_work(sa, sb) -> int:
+    """Multiply-adds of ``A @ B`` for operands of shapes ``sa`` and ``sb``."""
+    a2 = (1,) + sa if len(sa) == 1 else sa
+    b2 = sb + (1,) if len(sb) == 1 else sb
+    nbatch = math.prod(np.broadcast_shapes(a2[:-2], b2[:-2]))
+    return nbatch * a2[-2] * a2[-1] * b2[-1]
+
+
+def _matmul_limits() -> dict:
+    """The most multiply-adds an own-kernel product runs on the calling thread, by dtype."""
+    return {
+        dtype: tuning.MATMUL_HERE_MAX_INT64 if np.dtype(dtype).itemsize == 8 and is_int(dtype)
+        else tuning.MATMUL_HERE_MAX
+        for dtype in MATMUL_TYPES
+    }  # fmt: skip
+
+
+def _side(work: int, count: int = 1) -> int:
+    """The least ``s`` with ``count * s**3 > work``."""
+    s = max(1, round((work / count) ** (1 / 3)) - 1)
+    while count * s**3 <= work:
+        s += 1
+    return s
+
+
+def _at_and_past(limit: int):
+    """(A shape, B shape) of ``limit`` multiply-adds or a few fewer, and of a few more."""
+    s = 1 << (limit.bit_length() - 1) // 3  # (a power of two: 2**19 is exactly 64 * 64 * 128)
+    n = limit // (s * s)
+    return ((s, s), (s, n)), ((s, s), (s, n + 1))
+
+
 def _matmul_shapes():
-    """(A shape, B shape): vectors, 2-D, batched and broadcast batches; with at most
-    ``tuning.MATMUL_HERE_MAX`` multiply-adds (the calling thread) and more (the pool)."""
+    """(A shape, B shape): vectors, 2-D, batched and broadcast batches, in three groups:
+    ``small``, on the calling thread for every dtype (at most ``tuning.MATMUL_HERE_MAX`` and
+    ``MATMUL_HERE_MAX_INT64``, 64-bit integers' crossover, multiply-adds); ``edges``, at each
+    crossover (or a little below) and just past it; ``large``, on the pool for every dtype
+    (more than both)."""
     small = [((7,), (7, 5)), ((6, 7), (7,)), ((7,), (7,)), ((6, 7), (7, 5)), ((8, 8), (8, 8)),
              ((3, 6, 7), (3, 7, 5)), ((2, 1, 6, 7), (3, 7, 5)), ((6, 7), (2, 7, 5))]  # fmt: skip
-    large = [((300,), (300, 200)), ((200, 300), (300,)), ((64, 64), (64, 64)),
-             ((4, 40, 50), (4, 50, 30)), ((2, 1, 20, 30), (3, 30, 40))]  # fmt: skip
-    return small, large
+    limits = sorted(set(_matmul_limits().values()))
+    edges = [shapes for limit in limits for shapes in _at_and_past(limit)]
+    top = limits[-1]
+    k, s1, s4, s6 = 512, _side(top), _side(top, 4), _side(top, 6)
+    large = [((k,), (k, top // k + 1)), ((top // k + 1, k), (k,)), ((s1, s1), (s1, s1)),
+             ((4, s4, s4), (4, s4, s4)), ((2, 1, s6, s6), (3, s6, s6))]  # fmt: skip
+    return small, edges, large
 
 
 def test_the_matmul_shapes_reach_both_places():
-    small, large = _matmul_shapes()
+    small, edges, large = _matmul_shapes()
+    limits = set(_matmul_limits().values())
     for shapes, here in ((small, True), (large, False)):
         for sa, sb in shapes:
-            a2 = (1,) + sa if len(sa) == 1 else sa
-            b2 = sb + (1,) if len(sb) == 1 else sb
-            nbatch = math.prod(np.broadcast_shapes(a2[:-2], b2[:-2]))
-            work = nbatch * a2[-2] * a2[-1] * b2[-1]
-            assert (work <= tuning.MATMUL_HERE_MAX) == here, (sa, sb)
+            assert all((_matmul_work(sa, sb) <= n) == here for n in limits), (sa, sb)
+    works = [_matmul_work(sa, sb) for sa, sb in edges]
+    for n in limits:  # at (or a little below) each crossover, and just past it
+        assert min(w for w in works if w > n) - max(w for w in works if w <= n) <= n // 8, n
 
 
 @pytest.mark.parametrize("dtype", MATMUL_TYPES, ids=dtype_id)
 def test_matmul_plans_of_every_shape(dtype, rng):
-    small, large = _matmul_shapes()
-    for sa, sb in small + large:
+    small, edges, large = _matmul_shapes()
+    for sa, sb in small + edges + large:
         a, b = matmul_operand(rng, sa, dtype), matmul_operand(rng, sb, dtype)
         assert_plan_agrees(nox.matmul, a, b, what=f"{dtype} {sa} @ {sb}")
 
@@ -723,8 +797,9 @@ def test_small_calls_run_on_the_calling_thread(launches, rng):
         nox.matmul(a, b)
         assert launches.pool == [] and len(launches.here) == 1, launches.places
         assert launches.here[0].startswith("matmul_"), launches
-    x = pow_base(rng, (100_000,), F32)
-    a, b = matmul_operand(rng, (64, 64), I32), matmul_operand(rng, (64, 64), I32)
+    x = pow_base(rng, (_pow_here_max()["other"] + 1,), F32)
+    n = _side(tuning.MATMUL_HERE_MAX)  # (n**3 multiply-adds: past the crossover)
+    a, b = matmul_operand(rng, (n, n), I32), matmul_operand(rng, (n, n), I32)
     for _ in range(2):
         launches.clear()
         nox.pow(x, 2.0)
@@ -751,17 +826,20 @@ def test_pow_crossover(launches, rng, exponent, kernel, most):
             assert launches[0] == kernel and launches.places[0] == place, (size, launches)
 
 
-def test_matmul_crossover(launches, rng):
-    """Own-kernel products of at most ``tuning.MATMUL_HERE_MAX`` multiply-adds run on the
-    calling thread, larger ones on the pool; the general path decides the same."""
-    for n, place in ((32, "here"), (33, "pool")):
-        a, b = matmul_operand(rng, (32, 32), I32), matmul_operand(rng, (32, n), I32)
-        assert (32 * 32 * n <= tuning.MATMUL_HERE_MAX) == (place == "here")
+@pytest.mark.parametrize("dtype", [I32, U32, I64, U64], ids=dtype_id)
+def test_matmul_crossover(launches, rng, dtype):
+    """Own-kernel products of at most ``tuning.MATMUL_HERE_MAX`` multiply-adds
+    (``MATMUL_HERE_MAX_INT64`` for 64-bit integers) run on the calling thread, larger ones on
+    the pool; the general path decides the same."""
+    limit = _matmul_limits()[dtype]
+    for (sa, sb), place in zip(_at_and_past(limit), ("here", "pool"), strict=True):
+        a, b = matmul_operand(rng, sa, dtype), matmul_operand(rng, sb, dtype)
+        assert (_matmul_work(sa, sb) <= limit) == (place == "here")
         for general in (False, True):
             launches.clear()
             got = _general(nox.matmul, a, b) if general else nox.matmul(a, b)
             np.testing.assert_array_equal(got, matmul_exact_int(a, b))
-            assert launches.places == [place], (n, launches, launches.places)
+            assert launches.places == [place], (sa, sb, launches, launches.places)
 
 
 def test_plans_keep_the_tuning_they_were_made_with(launches, rng, monkeypatch):

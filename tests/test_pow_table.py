@@ -16,10 +16,21 @@ from oracles import BF16, F16, F32, F64, I8, I64, LAYOUTS, U64, as_layout, dtype
 
 import numba_onnx_ops as noo
 from numba_onnx_ops import tuning
+from numba_onnx_ops.core import plans
 from numba_onnx_ops.ops.pow import plan as front
 from numba_onnx_ops.ops.pow import tables as _tables
 
 EVERY = np.arange(2**16, dtype=np.uint16)
+
+
+def every(xdtype, size: int | None = None) -> np.ndarray:
+    """Every base of ``xdtype`` in turn, as ``size`` elements; by default enough for a call
+    that both takes a table (``tuning.TABLE_USE_MIN``) and builds it on its own
+    (``tuning.TABLE_BUILD_MIN``), a multiple of 256 of them."""
+    if size is None:
+        size = -(-max(EVERY.size, tuning.TABLE_USE_MIN, tuning.TABLE_BUILD_MIN) // 256) * 256
+    return np.resize(EVERY, size).view(xdtype)
+
 
 # (value, exponent dtype or None for the base's own); integers, fractions, the classes that
 # keep their own kernel (2, 0.5, -1) and the special values.
@@ -40,13 +51,18 @@ def _fresh_tables():
 
 @pytest.fixture
 def direct(monkeypatch):
-    """Call noo.pow with the table path switched off."""
+    """Call noo.pow with the table path switched off (no call plan made with it switched off
+    outlives the call)."""
 
     def call(*args, **kwargs):
-        with monkeypatch.context() as m:
-            m.setattr(tuning, "TABLE_USE_MIN", 2**62)
-            m.setattr(tuning, "TABLE_BUILD_MIN", 2**62)
-            return noo.pow(*args, **kwargs)
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(tuning, "TABLE_USE_MIN", 2**62)
+                m.setattr(tuning, "TABLE_BUILD_MIN", 2**62)
+                plans.clear()
+                return noo.pow(*args, **kwargs)
+        finally:
+            plans.clear()
 
     return call
 
@@ -62,7 +78,7 @@ def _exponent(value, ydtype, xdtype) -> np.ndarray:
 @pytest.mark.parametrize(("value", "ydtype"), EXPONENTS, ids=str)
 @pytest.mark.parametrize("xdtype", [F16, BF16], ids=dtype_id)
 def test_every_base_matches_the_direct_kernel(xdtype, value, ydtype, direct):
-    x = EVERY.view(xdtype)
+    x = every(xdtype)
     y = _exponent(value, ydtype, xdtype)
     want = direct(x, y)
     got = noo.pow(x, y)
@@ -75,7 +91,7 @@ def test_every_base_matches_the_direct_kernel(xdtype, value, ydtype, direct):
 @pytest.mark.parametrize("layout", [*LAYOUTS, "transposed", "offset"])
 @pytest.mark.parametrize("xdtype", [F16, BF16], ids=dtype_id)
 def test_layouts_and_out(xdtype, layout, direct, rng):
-    base = rng.permutation(EVERY).view(xdtype).reshape(256, 256)
+    base = rng.permutation(every(xdtype)).reshape(256, -1)
     if layout == "transposed":
         x = base.T
     elif layout == "offset":
@@ -96,7 +112,7 @@ def test_layouts_and_out(xdtype, layout, direct, rng):
 
 @pytest.mark.parametrize("opset", [1, 7, 13, 15])
 def test_weak_python_exponents(opset, direct):
-    x = EVERY.view(F16)
+    x = every(F16)
     for value in (3.7, -1.5, 3, 0.1):
         want = direct(x, value, opset=opset)
         np.testing.assert_array_equal(_bits(noo.pow(x, value, opset=opset)), _bits(want))
@@ -104,7 +120,7 @@ def test_weak_python_exponents(opset, direct):
 
 
 def test_one_element_exponent_of_any_rank(direct):
-    x = EVERY.view(BF16).reshape(16, 4096)
+    x = every(BF16).reshape(16, -1)
     for y in (np.full((1, 1), 3.7, F32), np.full((1,), 0.3, BF16)):
         np.testing.assert_array_equal(_bits(noo.pow(x, y)), _bits(direct(x, y)))
     x, y = x.view(F16), np.full((1, 1), 2.5, F16)
@@ -113,22 +129,24 @@ def test_one_element_exponent_of_any_rank(direct):
 
 
 def test_small_calls_stay_direct_until_they_add_up(direct):
-    x = EVERY.view(F16)[: tuning.TABLE_USE_MIN - 1]
+    x = every(F16, tuning.TABLE_USE_MIN - 1)
     y = np.asarray(3.7, F16)
     for _ in range(100):
         noo.pow(x, y)
     assert len(front._tables) == 0  # too small for a table at all
-    x = EVERY.view(F16)[: tuning.TABLE_BUILD_MIN // 4]
-    for _ in range(3):
+    # calls large enough for a table, each a quarter or more of the elements that pay for one
+    size = max(tuning.TABLE_USE_MIN, tuning.TABLE_BUILD_MIN // 4)
+    x = every(F16, size)
+    for _ in range(-(-tuning.TABLE_BUILD_MIN // size) - 1):
         np.testing.assert_array_equal(_bits(noo.pow(x, y)), _bits(direct(x, y)))
     assert len(front._tables) == 0
-    noo.pow(x, y)  # the fourth call brings the tally to TABLE_BUILD_MIN elements
+    noo.pow(x, y)  # the call that brings the tally to TABLE_BUILD_MIN elements
     assert len(front._tables) == 1
     np.testing.assert_array_equal(_bits(noo.pow(x, y)), _bits(direct(x, y)))
 
 
 def test_cache_is_bounded_and_keeps_recent_tables():
-    x = EVERY.view(F16)
+    x = every(F16)
     first = np.asarray(1.25, F16)
     noo.pow(x, first)
     for k in range(3 * _tables.MAX_TABLES):
@@ -140,7 +158,7 @@ def test_cache_is_bounded_and_keeps_recent_tables():
 
 
 def test_keys_tell_dtypes_and_bits_apart(direct):
-    x = EVERY.view(F16)
+    x = every(F16)
     exponents = [np.asarray(0.1, F16), np.asarray(0.1, F32), np.asarray(0.1, F64)]
     exponents += [np.asarray(0.1, F16).view(np.uint16).view(BF16)]  # same bits, other dtype
     for y in exponents:
@@ -149,14 +167,14 @@ def test_keys_tell_dtypes_and_bits_apart(direct):
 
 
 def test_tables_are_read_only():
-    noo.pow(EVERY.view(F16), np.asarray(3.7, F16))
+    noo.pow(every(F16), np.asarray(3.7, F16))
     (table,) = front._tables._tables.values()
     with pytest.raises(ValueError):
         table[0] = 1
 
 
 def test_threads_share_the_cache(direct):
-    bases = [EVERY.view(F16), EVERY.view(BF16)]
+    bases = [every(F16), every(BF16)]
     exponents = [np.asarray(0.5 + k / 8, F32) for k in range(2 * _tables.MAX_TABLES)]
     wanted = {(b.dtype, k): _bits(direct(b, y)) for b in bases for k, y in enumerate(exponents)}
     front._tables.clear()

@@ -7,6 +7,8 @@ import pytest
 from oracles import I32, U64, assert_matmul_close, assert_pow_matches, random_array
 
 import numba_onnx_ops as noo
+from numba_onnx_ops import tuning
+from numba_onnx_ops.ops.pow.kernels import CHUNK
 
 # Calls of every kind warmup() promises to prepare, on shapes other than its own: each
 # MatMul path of an own-kernel dtype, and Pow with each exponent class and layout.
@@ -44,13 +46,16 @@ def test_warmup_compiles_what_later_calls_use(rng, capsys):
 
 
 def test_warmup_prepares_special_bases(rng):
-    """Negative, zero, subnormal and NaN float bases take fix-up kernels of their own."""
+    """Negative, zero, subnormal and NaN float bases take fix-up kernels of their own, on the
+    calling thread and on the pool."""
     noo.warmup(["float32"])
     compiled = noo.compiled_specializations()
-    x = random_array(rng, (5, 40), np.float32)
-    x[:, :4] = [-2.5, 0.0, 1e-40, np.nan]
-    for y in (3.7, np.float32(-1.5), x, x[0]):
-        assert_pow_matches(noo.pow(x, y), x, y, what=f"float32 specials ^ {np.shape(y)}")
+    pool = min(max(tuning.POW_HERE_MAX.values()), CHUNK) // 5 + 1  # (5 rows of it: the pool)
+    for shape in ((5, 40), (5, pool)):
+        x = random_array(rng, shape, np.float32)
+        x[:, :4] = [-2.5, 0.0, 1e-40, np.nan]
+        for y in (3.7, np.float32(-1.5), x, x[0]):
+            assert_pow_matches(noo.pow(x, y), x, y, what=f"float32 {shape} ^ {np.shape(y)}")
     assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
 
 
@@ -63,9 +68,11 @@ def test_compiled_specializations_counts_signatures():
     compiled = noo.compiled_specializations()
     assert all(k.startswith("numba_onnx_ops.") and v >= 1 for k, v in compiled.items())
     x = np.arange(5, dtype=np.float64)
-    noo.pow(x, 3.7)
+    noo.pow(x, 3.7)  # (on the calling thread's kernel where 5 elements run there)
+    here = x.size <= min(tuning.POW_HERE_MAX["general"], CHUNK)
     after = noo.compiled_specializations()
-    assert after.get("numba_onnx_ops.ops.pow.kernels.pow_general", 0) >= 1
+    name = "pow_general_here" if here else "pow_general"
+    assert after.get(f"numba_onnx_ops.ops.pow.kernels.{name}", 0) >= 1
     assert all(after.get(k, 0) >= v for k, v in compiled.items())
 
 

@@ -9,9 +9,10 @@ micro-kernel ``matmul_vector``; the plain kernels where the CPU has no vector mi
 and an int64 matrix-vector product (``matmul_rows_dot``); the powers take the general
 float32 kernel, integer powers and the integer base with float exponents.
 
-Each case runs where its size sends it: small ones on the calling thread (the Pow kernels of
-the calling thread, the MatMul kernels' serial twins), larger ones on the pool; the kernels of
-both places are in the workload, some of them in both.  Shapes stay small: in a child with a
+Each case runs where its size sends it (``tuning.MATMUL_HERE_MAX``, ``POW_HERE_MAX``): small
+ones on the calling thread (the Pow kernels of the calling thread, the MatMul kernels' serial
+twins), larger ones on the pool, none at its crossover; the kernels of both places are in the
+workload, some of them in both.  Shapes stay small: in a child with a
 cold cache each kernel compiles once.
 """
 
@@ -37,14 +38,14 @@ POOL, HERE = "pool", "here"
 CASES = [
     ("matmul int32 (2,9,20)@(20,33)", "matmul", ("matmul_direct",), HERE),
     ("matmul float16 (2,9,20)@(20,33)", "matmul", ("matmul_direct",), HERE),
-    ("matmul float32 (1024,8,8)@(1024,8,8)", "matmul", ("matmul_whole", "matmul_small"), POOL),
+    ("matmul float32 (2048,8,8)@(2048,8,8)", "matmul", ("matmul_whole", "matmul_small"), POOL),
     ("matmul int64 (40,30)@(30,)", "matmul", ("matmul_rows_dot",), HERE),
     ("pow float32 ^ 3.7", "pow", ("pow_general",), HERE),
     ("pow int32 ^ 5", "pow", ("pow_ipow",), HERE),
     ("pow int64 ^ float64", "pow", ("pow_general",), HERE),
     ("matmul float32 (512,16,48)@(512,48,16)", "matmul", ("matmul_vector", "matmul_direct"), POOL),
-    ("matmul int32 (3,30,40)@(40,50)", "matmul", ("matmul_direct",), POOL),
-    ("pow float32 (3,3000) ^ 3.7", "pow", ("pow_general",), POOL),
+    ("matmul int32 (3,64,64)@(64,64)", "matmul", ("matmul_direct",), POOL),
+    ("pow float32 (3,6000) ^ 3.7", "pow", ("pow_general",), POOL),
     ("pow int32 (6,3000) ^ 5", "pow", ("pow_ipow",), POOL),
 ]
 
@@ -56,7 +57,7 @@ def operands(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
     return [
         (CASES[0][0], random_array(rng, (2, 9, 20), I32), random_array(rng, (20, 33), I32)),
         (CASES[1][0], random_array(rng, (2, 9, 20), F16), random_array(rng, (20, 33), F16)),
-        (CASES[2][0], random_array(rng, (1024, 8, 8), F32), random_array(rng, (1024, 8, 8), F32)),
+        (CASES[2][0], random_array(rng, (2048, 8, 8), F32), random_array(rng, (2048, 8, 8), F32)),
         (CASES[3][0], random_array(rng, (40, 30), I64), random_array(rng, (30,), I64)),
         (CASES[4][0], x32, np.array(3.7, F32)),
         (CASES[5][0], rng.integers(-90, 90, (6, 50), dtype=I32), np.array(5, I32)),
@@ -66,8 +67,8 @@ def operands(seed: int) -> list[tuple[str, np.ndarray, np.ndarray]]:
             random_array(rng, (512, 16, 48), F32),
             random_array(rng, (512, 48, 16), F32),
         ),
-        (CASES[8][0], random_array(rng, (3, 30, 40), I32), random_array(rng, (40, 50), I32)),
-        (CASES[9][0], np.abs(random_array(rng, (3, 3000), F32, scale=3)), np.array(3.7, F32)),
+        (CASES[8][0], random_array(rng, (3, 64, 64), I32), random_array(rng, (64, 64), I32)),
+        (CASES[9][0], np.abs(random_array(rng, (3, 6000), F32, scale=3)), np.array(3.7, F32)),
         (CASES[10][0], rng.integers(-90, 90, (6, 3000), dtype=I32), np.array(5, I32)),
     ]
 
