@@ -86,9 +86,10 @@ POW_HERE_MAX = {"general": 16384, "other": 16384}
 # A half-type base with one exponent is a table of 65,536 results.  A cached table serves
 # calls from TABLE_USE_MIN elements on: its lookups run on the pool, and below that the
 # calling thread's direct kernel is faster than a launch (float16 ** 3.7, direct / table,
-# medians on the machine above: 2,048 elements 14 / 75 us, 8,192 38 / 97 us, 16,384 71 / 67
-# us).  A table is built once a call, or the calls since the last build with that exponent,
-# reach TABLE_BUILD_MIN elements: building costs the direct kernel over 65,536 elements.
+# medians on the machine above, idle: 2,048 elements 11 / 54 us, 8,192 35 / 49 us, 16,384
+# 64 / 49 us; the table's times swing with how fast the pool wakes).  A table is built once
+# a call, or the calls since the last build with that exponent, reach TABLE_BUILD_MIN
+# elements: building costs the direct kernel over 65,536 elements.
 TABLE_BUILD_MIN = 65536
 TABLE_USE_MIN = 16384
 
