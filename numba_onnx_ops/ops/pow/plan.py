@@ -110,25 +110,16 @@ def _common_plan(x, y, y_of, shape, size):
 
     if flat and not half and not yhalf:  # (the common call, in fewer steps)
         fixup = _k.pow_fixup_here
-        if exponent is None:
 
-            def here_arrays(X, Y):
-                out = np.empty(shape, dtype)
-                flag = serial(X, xkind, Y, ykind, out, imin)
-                if flag:
-                    parallel.here(fixup, X, xkind, Y, ykind, out, flag)
-                return out
-
-            return here_arrays
-
-        def here_scalar(X, Y):
+        def here_flat(X, Y):
             out = np.empty(shape, dtype)
-            flag = serial(X, xkind, exponent, ykind, out, imin)
+            yb = Y if exponent is None else exponent
+            flag = serial(X, xkind, yb, ykind, out, imin)
             if flag:
-                parallel.here(fixup, X, xkind, exponent, ykind, out, flag)
+                parallel.here(fixup, X, xkind, yb, ykind, out, flag)
             return out
 
-        return here_scalar
+        return here_flat
 
     def here(X, Y):
         out = np.empty(shape, kind)
