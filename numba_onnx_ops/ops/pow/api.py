@@ -2,7 +2,7 @@
 
 A call flows down: the decisions (``decisions.check``: version, dtypes, shapes), then the plan
 (the exponent class and its kernel, the calling thread or the pool), then the kernel.  A call
-of ndarrays without ``out`` makes its plan once per kind of call (``plan.call_key``) and keeps
+of ndarrays without ``out`` makes its plan once per kind of call (its key, built below) and keeps
 it (``core.plans``); a repeated call runs the kept plan.
 """
 

@@ -476,7 +476,7 @@ def _task(
 def _chunk_pass(op, xv, xkind, yv, ykind, ov, imin):
     """A contiguous chunk's results: the class's loops, then its fix-up passes, run now or
     left to ``pow_fixup``: the flag byte of those left (0 for none).  The same steps on the pool
-    (``_task``) and on the calling thread (``_drive_here``)."""
+    (``_task``) and on the calling thread (``pow_*_here``)."""
     bad = _apply(op, xv, xkind, yv, ykind, ov, imin)
     signs, flagged = _scan_flagged(op, xv, xkind, yv, ykind)
     return _fix_now_or_later(op, xv, xkind, yv, ykind, ov, signs, bad or flagged)
@@ -950,44 +950,39 @@ def pow_fixup(x, x_org, x_str, xkind, y, y_org, y_str, ykind, out, shape, imin, 
 # caller runs ``pow_fixup_here`` with it.
 
 
-@njit(inline="always", error_model="numpy")
-def _drive_here(op, x, xkind, y, ykind, out, imin):
-    return _chunk_pass(op, x, xkind, y, ykind, out, imin)
-
-
 @kernel(error_model="numpy")
 def pow_square_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(SQUARE, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(SQUARE, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_cube_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(CUBE, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(CUBE, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_sqrt_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(SQRT, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(SQRT, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_recip_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(RECIP, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(RECIP, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_rsqrt_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(RSQRT, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(RSQRT, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_ipow_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(IPOW, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(IPOW, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
 def pow_general_here(x, xkind, y, ykind, out, imin):
-    return _drive_here(GENERAL, x, xkind, y, ykind, out, imin)
+    return _chunk_pass(GENERAL, x, xkind, y, ykind, out, imin)
 
 
 @kernel(error_model="numpy")
