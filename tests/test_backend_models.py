@@ -7,13 +7,15 @@ Each model is checked four ways:
 - every MatMul output is within the summation error bound of the float64 (or exact integer)
   product of its actual inputs, every Pow output within 1 ulp of the exact power;
 - every value of the graph (all node outputs made graph outputs) is bit-equal to onnx's evaluator
-  running the same model with our MatMul and Pow (``new_ops=reference.OPS``): the other nodes run
-  the same onnx code on the same inputs, and the backend wires them the same way;
+  running the same model with our MatMul and Pow everywhere (``reference.ReferenceEvaluator``):
+  the other nodes run the same onnx code on the same inputs, our MatMul and Pow the same kernels
+  on the same operands, and the backend wires them the same way, so the bits agree on any CPU;
 - the final outputs agree with the plain evaluator (onnx's MatMul and Pow) and with onnxruntime
   within a tolerance derived from the dtype, bit for bit where they compute exactly (integer
   values);
 - :meth:`BackendRep.placement` puts MatMul and Pow on numba_onnx_ops, and a spy shows that they
-  ran there (onnx's own MatMul and Pow made to fail).
+  ran there (onnx's own MatMul and Pow made to fail), through the backend and through the
+  evaluator alike.
 
 Also a speed measurement (not a test): ``python tests/test_backend_models.py --help``.
 """
@@ -44,6 +46,7 @@ import onnx  # noqa: E402
 import onnx.backend.test  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx.reference.op_run import OpRun  # noqa: E402
 from onnx.reference.ops import op_matmul, op_pow  # noqa: E402
 
 import numba_onnx_ops  # noqa: E402
@@ -489,8 +492,9 @@ def test_model_matches_onnx_evaluator_and_onnxruntime(name, opset):
     assert _check_matmul_and_pow_nodes(model, values) == sum(
         node.op_type in OURS for node in model.graph.node
     )
-    # 2. Every value as onnx's evaluator computes it with our MatMul and Pow: the same bits.
-    with_ours = ReferenceEvaluator(exposed, new_ops=reference.OPS).run(None, feeds)
+    # 2. Every value as onnx's evaluator computes it with our MatMul and Pow: the same bits (the
+    # same kernels on the same operands; which nodes ran where is counted below).
+    with_ours = reference.ReferenceEvaluator(exposed).run(None, feeds)
     for value_name, value, expected in zip(names, got, with_ours):
         assert_same_values(value, expected, what=value_name)
     # The model itself (values dropped after their last use) gives the same outputs.
@@ -580,6 +584,69 @@ def test_matmul_and_pow_run_on_our_kernels(name, matmuls, pows, kernel_calls):
         assert p.runtime == ("numba_onnx_ops" if p.op_type in OURS else "onnx.reference"), p
     rep.run(_feeds(name))
     assert kernel_calls == {"matmul": matmuls, "pow": pows}
+
+    # The same nodes through the evaluator, model-local functions and subgraphs included.
+    kernel_calls.clear()
+    reference.ReferenceEvaluator(model).run(None, _feeds(name))
+    assert kernel_calls == {"matmul": matmuls, "pow": pows}
+
+
+@pytest.mark.parametrize(("name", "matmuls", "pows"), [("mlp", 2, 1), ("control_flow", 8, 4)])
+def test_onnx_evaluator_with_ops_runs_graphs_and_subgraphs_on_our_kernels(
+    name, matmuls, pows, kernel_calls
+):
+    ReferenceEvaluator(MODELS[name](18), new_ops=reference.OPS).run(None, _feeds(name))
+    assert kernel_calls == {"matmul": matmuls, "pow": pows}
+
+
+def test_onnx_evaluator_with_ops_leaves_function_bodies_to_onnx(monkeypatch):
+    # onnx builds a model-local function's evaluator without new_ops: its MatMul and Pow run on
+    # onnx's own code, which is why numba_onnx_ops.reference has an evaluator of its own.
+    ran: Counter = Counter()
+    for op_class in (op_matmul.MatMul, op_pow.Pow):
+        real = op_class._run
+
+        def counting(self, *args, real=real, **kwargs):
+            ran[type(self).__name__] += 1
+            return real(self, *args, **kwargs)
+
+        monkeypatch.setattr(op_class, "_run", counting)
+    model = with_function(18)
+    ReferenceEvaluator(model, new_ops=reference.OPS).run(None, _feeds("with_function"))
+    assert ran == {"MatMul": 1, "Pow": 1}
+    ran.clear()
+    reference.ReferenceEvaluator(model).run(None, _feeds("with_function"))
+    assert ran == {}
+
+
+def test_evaluator_new_ops_reach_function_bodies(kernel_calls):
+    class Pow(OpRun):  # replaces ours, in the graph and in the function body alike
+        op_domain = ""
+
+        def _run(self, x, y):
+            return (np.zeros_like(x),)
+
+    sess = reference.ReferenceEvaluator(with_function(18), new_ops=[Pow])
+    # The Scaler after the function: (0 - offset 0.5) * scale 2.
+    assert sess.run(None, _feeds("with_function"))[0].tolist() == [[-1.0] * 8] * 4
+    assert kernel_calls == {"matmul": 1}
+    # The evaluator class itself stays as it was: a later evaluator runs our Pow again.
+    reference.ReferenceEvaluator(with_function(18)).run(None, _feeds("with_function"))
+    assert kernel_calls == {"matmul": 2, "pow": 1}
+
+
+def test_unnamed_nodes_are_placed_by_operator_and_position():
+    b = _Builder(18)
+    b.nodes.append(helper.make_node("MatMul", ["x", b.weight("w", (4, 4))], ["p"]))
+    b.nodes.append(helper.make_node("Relu", ["p"], ["r"]))
+    b.nodes.append(helper.make_node("Pow", ["r", b.constant(2.0)], ["y"], name="square"))
+    model = b.model([_tensor("x", np.float32, [2, 4])], [_tensor("y", np.float32, [2, 4])], "u")
+    assert Backend.prepare(model).placement() == [
+        ("MatMul#0", "MatMul", "numba_onnx_ops"),
+        ("Relu#1", "Relu", "onnx.reference"),
+        ("constant1", "Constant", "onnx.reference"),
+        ("square", "Pow", "numba_onnx_ops"),
+    ]
 
 
 def test_constant_folded_and_reference_nodes_placed():

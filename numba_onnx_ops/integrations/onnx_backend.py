@@ -72,8 +72,8 @@ from ..core.checks import dask_operand
 # First: without onnx this raises the ImportError that names the extra to install.
 from .onnx_evaluator import (
     DEFAULT_DOMAINS,
-    OPS,
     SUPPORTED_OPS,
+    ReferenceEvaluator,
     check_node,
     describe,
     is_ours,
@@ -85,7 +85,6 @@ from .onnx_evaluator import (
 import onnx
 import onnx.backend.base as _base
 from onnx import helper, numpy_helper
-from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
 
 __all__ = [
@@ -151,15 +150,8 @@ def _kernel(node: onnx.NodeProto, opset: int | None) -> Callable[..., np.ndarray
 
 
 class _Evaluator(ReferenceEvaluator):
-    """onnx's reference evaluator with numba_onnx_ops' MatMul and Pow, and a clear error for an
-    operator it cannot run.
-
-    The evaluator builds the subgraphs of If, Loop and Scan, the functions a model defines and the
-    function bodies of operators with ``type(self)``, so all of them get :data:`OPS` too.
-    """
-
-    def __init__(self, proto: Any, *args: Any, new_ops: Any = None, **kwargs: Any) -> None:
-        super().__init__(proto, *args, new_ops=OPS if new_ops is None else new_ops, **kwargs)
+    """:class:`ReferenceEvaluator` (MatMul and Pow on numba_onnx_ops everywhere, function bodies
+    included) with a clear error for an operator it cannot run."""
 
     def _load_impl(self, node: onnx.NodeProto, input_types: Any = None) -> Any:
         # The evaluator looks every node's class up here (its own graph's, its subgraphs' and
@@ -252,7 +244,8 @@ def _computing_dask(run: Callable[..., Any]) -> Callable[..., Any]:
 class Placement(NamedTuple):
     """Where one node of a prepared model runs (see :meth:`BackendRep.placement`)."""
 
-    #: The node's name ("" if it has none).
+    #: The node's name; a node without one is named after its operator and its position in
+    #: the graph's node list, as ``"MatMul#3"``.
     node: str
     #: Its operator: ``"MatMul"``, or ``"domain::op_type"`` outside the default domain.
     op_type: str
@@ -308,10 +301,14 @@ class BackendRep(_base.BackendRep):
         steps = []
         placement = []
         last_use: dict[int, int] = {}  # slot -> index (in steps) of the last step reading it
-        for node, runner in zip(graph.node, resolved):
+        for position, (node, runner) in enumerate(zip(graph.node, resolved)):
             ours = not isinstance(runner, OpRun)
             placement.append(
-                Placement(node.name, qualified_op(node), NUMBA_ONNX_OPS if ours else ONNX_REFERENCE)
+                Placement(
+                    node.name or f"{node.op_type}#{position}",
+                    qualified_op(node),
+                    NUMBA_ONNX_OPS if ours else ONNX_REFERENCE,
+                )
             )
             inputs = tuple(slot(name) for name in node.input)
             context = None

@@ -1,12 +1,20 @@
 """MatMul and Pow for onnx's reference evaluator, running on numba_onnx_ops' kernels.
 
->>> from onnx.reference import ReferenceEvaluator
->>> from numba_onnx_ops.reference import OPS
->>> sess = ReferenceEvaluator(model, new_ops=OPS)   # doctest: +SKIP
+>>> from numba_onnx_ops.reference import ReferenceEvaluator
+>>> sess = ReferenceEvaluator(model)                # doctest: +SKIP
 >>> (y,) = sess.run(None, {"x": x})                 # doctest: +SKIP
 
 MatMul and Pow nodes run on numba_onnx_ops; every other operator keeps onnx's own
 implementation.
+
+Where the operators reach
+-------------------------
+onnx's own ``onnx.reference.ReferenceEvaluator(model, new_ops=OPS)`` hands ``new_ops`` to the
+subgraphs of If, Loop and Scan, but builds the body of every function the model defines (and of
+every operator it expands into its function body) with ``type(self)(function)``, without
+``new_ops``: a MatMul or Pow inside a model-local function runs on onnx's own code there.
+:class:`ReferenceEvaluator` is that evaluator with :data:`OPS` built in, so the evaluators it
+builds for function bodies get them too (and any other ``new_ops`` given, see its docstring).
 
 Versions
 --------
@@ -32,10 +40,12 @@ This module needs the optional ``onnx`` package (``pip install 'numba_onnx_ops[o
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 try:
     import onnx
+    import onnx.reference
     from onnx.reference.op_run import OpRun
 except ModuleNotFoundError as error:
     if error.name is None or error.name.partition(".")[0] != "onnx":
@@ -49,7 +59,7 @@ import numpy as np
 
 import numba_onnx_ops as _api
 
-__all__ = ["OPS", "MatMul", "Pow"]
+__all__ = ["OPS", "MatMul", "Pow", "ReferenceEvaluator"]
 
 #: Operators (default ONNX domain) that run on numba_onnx_ops' kernels.
 SUPPORTED_OPS: tuple[str, ...] = ("MatMul", "Pow")
@@ -208,3 +218,33 @@ class Pow(_VersionedOpRun):
 
 #: The operators to pass as ``ReferenceEvaluator(model, new_ops=OPS)``.
 OPS: list[type[OpRun]] = [MatMul, Pow]
+
+
+@functools.cache
+def _with_ops(cls: type, ops: tuple[type[OpRun], ...]) -> type:
+    """A subclass of ``cls`` whose evaluators all add ``ops`` (made once per pair)."""
+    return type(cls.__name__, (cls,), {"__module__": cls.__module__, "added_ops": ops})
+
+
+class ReferenceEvaluator(onnx.reference.ReferenceEvaluator):
+    """``onnx.reference.ReferenceEvaluator`` with MatMul and Pow on numba_onnx_ops' kernels in
+    the graph, in the subgraphs of If, Loop and Scan, and in the bodies of the functions the
+    model defines.
+
+    It takes onnx's evaluator's arguments. ``new_ops`` adds operator classes as there, ahead of
+    :data:`OPS` (a class given for MatMul or Pow replaces ours), and reaches function bodies too.
+    """
+
+    #: The operator classes every evaluator of this class adds, function bodies' included.
+    added_ops: tuple[type[OpRun], ...] = tuple(OPS)
+
+    def __new__(cls, *args: Any, new_ops: Any = None, **kwargs: Any) -> ReferenceEvaluator:
+        # onnx builds a function's evaluator as ``type(self)(function)``, without new_ops: the
+        # classes given here travel in the class itself.
+        extra = tuple(op for op in new_ops or () if op not in cls.added_ops)
+        if extra:
+            cls = _with_ops(cls, extra + cls.added_ops)
+        return super().__new__(cls)
+
+    def __init__(self, proto: Any, *args: Any, new_ops: Any = None, **kwargs: Any) -> None:
+        super().__init__(proto, *args, new_ops=list(self.added_ops), **kwargs)
