@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
@@ -31,3 +33,6 @@ def test_readme_python_example_runs():
     namespace: dict = {}
     exec(compile(block.group(1), "README.md", "exec"), namespace)
     assert namespace["c"].shape == (8, 64, 16)
+    arrays = {name: v for name, v in namespace.items() if isinstance(v, np.ndarray)}
+    not_finite = [name for name, v in arrays.items() if not np.isfinite(v).all()]
+    assert not not_finite, f"the example shows NaN or inf in {not_finite}"
