@@ -1,4 +1,5 @@
-"""The README's promises: its two opening commands and its code example stay true."""
+"""The README's promises: its two opening commands, its code example and its account of speed
+stay true."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import re
 from pathlib import Path
 
 import numpy as np
+
+from numba_onnx_ops.bench import DEMO_CASES
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -36,3 +39,12 @@ def test_readme_python_example_runs():
     arrays = {name: v for name, v in namespace.items() if isinstance(v, np.ndarray)}
     not_finite = [name for name, v in arrays.items() if not np.isfinite(v).all()]
     assert not not_finite, f"the example shows NaN or inf in {not_finite}"
+
+
+def test_readme_speed_claims_cite_the_main_jobs_rows():
+    """Before the first example the README says where the main job's table shows the library
+    faster than its peers and where not, naming rows that the main job runs."""
+    intro = README[: README.index("```python")]
+    cited = re.findall(r"`((?:matmul|pow)-[\w.-]+)`", intro)
+    assert cited, "the intro names the main job's rows it describes"
+    assert set(cited) <= set(DEMO_CASES), set(cited) - set(DEMO_CASES)
