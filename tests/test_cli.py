@@ -86,15 +86,18 @@ def test_help_gives_the_exit_statuses(command):
         (["--workers", "1", "--chunk", "128MiB"], "--memory-limit 1 GiB (the default) is too"),
         (["--size", "1000000TiB"], "--size 1e+06 TiB needs 3.5e+06 TiB free in"),
         (["--dir", __file__], "not a directory"),
+        (["--dir", "{tmp}/typo/data"], "--dir {tmp}/typo/data: no such directory {tmp}/typo; "),
     ],
 )
-def test_stream_arguments_are_checked_before_any_work(args, message):
+def test_stream_arguments_are_checked_before_any_work(tmp_path, args, message):
+    args, message = [a.format(tmp=tmp_path) for a in args], message.format(tmp=tmp_path)
     start = time.perf_counter()
     done = cli("stream", *args, timeout=60)
     assert done.returncode == 2
     line = error_line(done, "stream")
     assert message in line
     assert "_size" not in done.stderr and done.stdout == ""  # nothing was made or run
+    assert list(tmp_path.iterdir()) == []
     assert time.perf_counter() - start < 60
 
 
@@ -131,12 +134,41 @@ def test_stream_without_the_dask_extra_says_what_to_install(missing):
     assert cli("stream", "--help", without=(missing,)).returncode == 0
 
 
+def _tree_size(folder) -> str:
+    from numba_onnx_ops.integrations.zarr_stream import fmt_bytes
+
+    return fmt_bytes(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()))
+
+
 @needs_dask
-def test_stream_runs_with_valid_arguments(tmp_path):
-    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(tmp_path))
+def test_stream_runs_with_valid_arguments_and_keeps_its_data_in_dir(tmp_path):
+    """--dir makes its last folder, and keeps the data there: named, with their size, before any
+    is written and at the end."""
+    data = tmp_path / "data"
+    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(data))
     assert done.returncode == 0, done.stderr
-    assert "inputs: 2 x 1 MiB in 1 MiB chunks; threaded scheduler" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "data: about 3.5 MiB (inputs x.zarr and a.zarr, outputs y.zarr and c.zarr) in "
+        f"{data} (a new folder), kept at the end"
+    )
+    assert "inputs: 2 x 1 MiB in 1 MiB chunks; threaded scheduler" in lines[1]
     assert "first and last row blocks agree" in done.stdout
+    assert sorted(p.name for p in data.iterdir()) == ["a.zarr", "c.zarr", "x.zarr", "y.zarr"]
+    assert lines[-1] == f"kept {_tree_size(data)} in {data}: x.zarr, a.zarr, y.zarr, c.zarr"
+
+
+@needs_dask
+def test_stream_without_dir_removes_its_temporary_folder(tmp_path):
+    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", env={"TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    first, last = done.stdout.splitlines()[0], done.stdout.splitlines()[-1]
+    prefix = "data: about 3.5 MiB (inputs x.zarr and a.zarr, outputs y.zarr and c.zarr) in the "
+    assert first.startswith(prefix + f"temporary folder {tmp_path}/"), first
+    assert first.endswith(", removed at the end")
+    folder = first.removeprefix(prefix + "temporary folder ").removesuffix(", removed at the end")
+    assert last.startswith(f"removed the temporary folder {folder} (3.5"), last
+    assert not os.path.exists(folder)
 
 
 @needs_dask
