@@ -91,8 +91,9 @@ def _parser() -> argparse.ArgumentParser:
         "--cases",
         nargs="+",
         metavar="PATTERN",
-        help="run only the cases whose name matches a glob or contains the text "
-        "(e.g. 'matmul-*' or pow-f16); --list shows the names",
+        help="run only the cases named, or whose name matches a glob or contains the text "
+        "(e.g. 'matmul-*' or pow-f16); --list shows the names (first-call targets: with "
+        "--targets)",
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     # size: both --quick and --size write it; parser: usage errors show the bench command's usage
@@ -112,18 +113,26 @@ def _cannot_run(parser: argparse.ArgumentParser, problem: str) -> int:
 
 
 def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> int:
+    timed = args.size != "tiny"  # tiny times mean nothing, nor would the limits
+    # First calls are timed only for --targets, and never at the tiny size (they are listed).
+    times_first_calls = args.targets and (timed or args.list)
     try:
-        cases = _bench.select_cases(args.cases)
+        cases, first_calls_selected = _bench.select(args.cases)
     except ValueError as exc:
         parser.error(str(exc))
+    if not times_first_calls:
+        first_calls_selected = []
+        for pattern, names in _bench.first_calls_only(args.cases).items():
+            why = "timed at --size quick or full only" if args.targets else "add --targets"
+            what = "is a first-call target" if len(names) == 1 else "are first-call targets"
+            parser.error(f"--cases {pattern}: {', '.join(names)} {what}: {why}")
     if args.list:
         for case in cases:
             target = f"  target >= {case.target:.3g}" if args.targets else ""
             print(f"{case.name:28} {case.label():48}{target}".rstrip())
-        if args.targets:
-            for first in _bench.select_first_calls(args.cases):
-                label = f"first call, {first.label}"
-                print(f"{first.name:28} {label:48}  target <= {first.limit:g} s")
+        for first in first_calls_selected:
+            label = f"first call, {first.label}"
+            print(f"{first.name:28} {label:48}  target <= {first.limit:g} s")
         return OK
     # Every output is checked now, not after minutes of timing.
     for option, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
@@ -142,7 +151,6 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             f"note: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} is set, which can slow numpy's "
             "BLAS; for a fair comparison unset it (and OPENBLAS_L2_SIZE) for this command"
         )
-    timed = args.size != "tiny"  # tiny times mean nothing, nor would the limits
     if timed:
         say("measuring the machine's limits before the cases")
         env["limits_before"] = _bench.measure_limits()
@@ -151,7 +159,7 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     spreads, first_calls = {}, {}
     if args.targets and timed:
         spreads = _bench.run_spreads(rows, progress=say)
-        first_calls = _bench.run_first_calls(_bench.select_first_calls(args.cases), progress=say)
+        first_calls = _bench.run_first_calls(first_calls_selected, progress=say)
     warnings = []
     if timed:
         say("measuring the machine's limits after the cases")
@@ -170,6 +178,8 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         print(_bench.format_table(rows, targets=args.targets))
     for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
         print(line)
+    where = "the row's case" + (", or a first call's, in parentheses" if first_calls else "")
+    print(f"\none row again: `{_rerun_command(args, 'NAME')}` (NAME: {where})")
     say(f"\n{_bench.plural(len(rows), 'case')} in {time.perf_counter() - start:.0f} s")
     if warnings:  # again where the progress goes, in case the table goes to a file
         say(_busy_warning(warnings))
@@ -194,6 +204,14 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     except OSError as exc:
         return _cannot_run(parser, f"could not write {exc.filename}: {exc.strerror}")
     return OK if all(row.ours_ok for row in rows) else DISAGREE
+
+
+def _rerun_command(args: argparse.Namespace, name: str) -> str:
+    """The command that runs the row ``name`` of this run again, as this run did: its size,
+    and ``--targets`` (which a first-call row needs)."""
+    size = {"full": [], "quick": ["--quick"], "tiny": ["--size", "tiny"]}[args.size]
+    targets = ["--targets"] if args.targets else []
+    return shlex.join(["python", "-m", "numba_onnx_ops", "bench", *size, *targets, "--cases", name])
 
 
 def _busy_warning(signs: Sequence[str]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 import numba_onnx_ops
+from numba_onnx_ops import bench as _bench
 
 PROG = "python -m numba_onnx_ops"
 HAS_DASK = all(importlib.util.find_spec(m) for m in ("dask", "distributed", "zarr"))
@@ -207,6 +209,69 @@ def test_bench_outputs_are_checked_before_the_run(tmp_path, option, path, messag
     assert f"{option} {path}: {message}" in error_line(done, "bench")
     assert "[1/1]" not in done.stderr  # no case ran
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--cases", "first-pow-f32-e3.7"],
+            "--cases first-pow-f32-e3.7: first-pow-f32-e3.7 is a first-call target: add --targets",
+        ),
+        (
+            ["--quick", "--cases", "matmul-f32-4x4", "first-matmul-i32"],
+            "--cases first-matmul-i32: first-matmul-i32 is a first-call target: add --targets",
+        ),
+        (
+            ["--size", "tiny", "--targets", "--cases", "first-matmul"],
+            "first-matmul-i32, first-matmul-i32-packed, first-matmul-f32-batch are first-call "
+            "targets: timed at --size quick or full only",
+        ),
+        (["--list", "--cases", "first-pow"], "are first-call targets: add --targets"),
+        (["--cases", "no-such-case", "pow-f16"], "no case matches 'no-such-case'; --list names"),
+    ],
+)
+def test_bench_cases_that_would_run_nothing_are_usage_errors(args, message):
+    done = cli("bench", *args)
+    assert done.returncode == 2
+    assert message in error_line(done, "bench")
+    assert "[1/" not in done.stderr and done.stdout == ""  # nothing ran
+
+
+def test_bench_names_the_command_that_runs_a_row_again(monkeypatch, capsys):
+    """The report ends with the command that runs one of its rows again, with the flags the row
+    needs (--targets for a first call), and that command runs that row alone, even where other
+    names contain its name."""
+    from numba_onnx_ops.__main__ import main
+
+    ran = []  # nothing is timed: rows, first calls and limits are made up
+    ok = {_bench.OURS: "ok", _bench.NUMPY: "ok"}
+
+    def rows(cases, size, progress):
+        ran.extend(case.name for case in cases)
+        return [_bench.Row(case, size, times=dict.fromkeys(ok, 1e-3), status=ok) for case in cases]
+
+    def first_calls(firsts, progress):
+        ran.extend(first.name for first in firsts)
+        return {first: [1.0, 1.0, 1.0] for first in firsts}
+
+    copy = {"bytes": 4e7, "seconds": 3e-3, "gbps": 27.0}
+    monkeypatch.setattr(_bench, "measure_limits", lambda: {"fma_peak": None, "copy": copy})
+    monkeypatch.setattr(_bench, "run_comparison", rows)
+    monkeypatch.setattr(_bench, "run_spreads", lambda rows, progress: {})
+    monkeypatch.setattr(_bench, "run_first_calls", first_calls)
+    names = ["pow-f32-e3.7", "call-pow16-f32-e2", "first-pow-f32-e3.7"]
+    assert main(["bench", "--quick", "--targets", "--cases", *names]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("one row again: `")]
+    command = shlex.split(line.split("`")[1])
+    assert command[:4] == ["python", "-m", "numba_onnx_ops", "bench"] and command[-1] == "NAME"
+    assert "first call's" in line
+    for name in names:
+        assert name in out
+        ran.clear()
+        assert main([*command[3:-1], name]) == 0
+        assert ran == [name]
 
 
 def test_bench_plot_without_matplotlib_cannot_run(tmp_path):
