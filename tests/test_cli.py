@@ -66,6 +66,36 @@ def test_help_gives_the_exit_statuses(command):
     assert "exit status: 0 done" in text
     for status in ("1 a result", "2 usage error", "3 the command cannot run here"):
         assert status in text
+    assert "141 standard output was closed before the command ended (as by | head)" in text
+
+
+def cli_with_stdout_closed(*args: str):
+    """Runs the command line with a standard output nobody reads (the reader is gone before
+    the command starts, as after ``| head`` has had its lines)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        cmd = [sys.executable, "-m", "numba_onnx_ops", *args]
+        return subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--list"],
+        ["bench", "--size", "tiny", "--cases", "matmul-f32-4x4", "--csv", "{tmp}/b.csv"],
+    ],
+    ids=["list", "run"],
+)
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
+    done = cli_with_stdout_closed(*(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    if "--csv" in args:  # the files do not depend on the table being read
+        assert (tmp_path / "b.csv").read_text().startswith("case,")
+        assert f"wrote {tmp_path}/b.csv" in done.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -236,6 +266,18 @@ def test_bench_cases_that_would_run_nothing_are_usage_errors(args, message):
     assert done.returncode == 2
     assert message in error_line(done, "bench")
     assert "[1/" not in done.stderr and done.stdout == ""  # nothing ran
+
+
+def test_bench_list_aligns_its_columns_to_the_longest_entries():
+    done = cli("bench", "--targets", "--list")
+    assert done.returncode == 0, done.stderr
+    labels = {case.name: case.label() for case in _bench.CASES}
+    labels |= {first.name: f"first call, {first.label}" for first in _bench.FIRST_CALLS}
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(labels)
+    starts = {line.index("  " + labels[line.split()[0]]) for line in lines}
+    targets = {line.index("  target ") for line in lines}
+    assert len(starts) == 1 and len(targets) == 1, (starts, targets)
 
 
 def test_bench_names_the_command_that_runs_a_row_again(monkeypatch, capsys):
