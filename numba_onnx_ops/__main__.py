@@ -8,6 +8,7 @@ comparison against numpy and onnxruntime; see ``python -m numba_onnx_ops bench -
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 import time
@@ -19,19 +20,36 @@ from . import __version__, matmul, pow, resolve_version
 from . import bench as _bench
 from .integrations import zarr_stream as _stream
 
-# Exit statuses of every command.
-OK, DISAGREE, USAGE, CANNOT_RUN = 0, 1, 2, 3
+# Exit statuses of every command.  A closed standard output takes the status a shell gives a
+# program that SIGPIPE ended (128 + 13), as `yes | head` does.
+OK, DISAGREE, USAGE, CANNOT_RUN, STDOUT_CLOSED = 0, 1, 2, 3, 141
 EXIT_STATUS = (
     f"exit status: {OK} done, every result checked agrees; {DISAGREE} a result of "
     f"numba_onnx_ops disagrees with the reference; {USAGE} usage error: a bad option or value, "
     f"or an output file that cannot be written (checked before anything runs); {CANNOT_RUN} "
     "the command cannot run here: an optional extra is not installed (matplotlib for --plot, "
-    "dask for stream), the dask scheduler does not answer, or writing an output failed"
+    "dask for stream), the dask scheduler does not answer, or writing an output failed; "
+    f"{STDOUT_CLOSED} standard output was closed before the command ended (as by | head): it "
+    "stops there, quietly"
 )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (see ``EXIT_STATUS``)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed stdout shows here, not as a warning at exit
+    except BrokenPipeError:
+        # Python's documented way out: whatever is still buffered for stdout, and the flush at
+        # exit, go to devnull instead of raising again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return STDOUT_CLOSED
+
+
+def _main(argv: Sequence[str] | None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = _parser()
     args = parser.parse_args(argv)
@@ -91,8 +109,9 @@ def _parser() -> argparse.ArgumentParser:
         "--cases",
         nargs="+",
         metavar="PATTERN",
-        help="run only the cases whose name matches a glob or contains the text "
-        "(e.g. 'matmul-*' or pow-f16); --list shows the names",
+        help="run only the cases named, or whose name matches a glob or contains the text "
+        "(e.g. 'matmul-*' or pow-f16); --list shows the names (first-call targets: with "
+        "--targets)",
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     # size: both --quick and --size write it; parser: usage errors show the bench command's usage
@@ -112,18 +131,30 @@ def _cannot_run(parser: argparse.ArgumentParser, problem: str) -> int:
 
 
 def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, command: str) -> int:
+    timed = args.size != "tiny"  # tiny times mean nothing, nor would the limits
+    # First calls are timed only for --targets, and never at the tiny size (they are listed).
+    times_first_calls = args.targets and (timed or args.list)
     try:
-        cases = _bench.select_cases(args.cases)
+        cases, first_calls_selected = _bench.select(args.cases)
     except ValueError as exc:
         parser.error(str(exc))
+    if not times_first_calls:
+        first_calls_selected = []
+        for pattern, names in _bench.first_calls_only(args.cases).items():
+            why = "timed at --size quick or full only" if args.targets else "add --targets"
+            what = "is a first-call target" if len(names) == 1 else "are first-call targets"
+            parser.error(f"--cases {pattern}: {', '.join(names)} {what}: {why}")
     if args.list:
-        for case in cases:
-            target = f"  target >= {case.target:.3g}" if args.targets else ""
-            print(f"{case.name:28} {case.label():48}{target}".rstrip())
-        if args.targets:
-            for first in _bench.select_first_calls(args.cases):
-                label = f"first call, {first.label}"
-                print(f"{first.name:28} {label:48}  target <= {first.limit:g} s")
+        lines = [(c.name, c.label(), f"target >= {c.target:.3g}") for c in cases]
+        lines += [
+            (f.name, f"first call, {f.label}", f"target <= {f.limit:g} s")
+            for f in first_calls_selected
+        ]
+        name_width = max(len(name) for name, _, _ in lines)
+        label_width = max(len(label) for _, label, _ in lines)
+        for name, label, target in lines:
+            line = f"{name:{name_width}}  {label:{label_width}}  {target if args.targets else ''}"
+            print(line.rstrip())
         return OK
     # Every output is checked now, not after minutes of timing.
     for option, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
@@ -142,7 +173,6 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             f"note: OPENBLAS_CORETYPE={env['OPENBLAS_CORETYPE']} is set, which can slow numpy's "
             "BLAS; for a fair comparison unset it (and OPENBLAS_L2_SIZE) for this command"
         )
-    timed = args.size != "tiny"  # tiny times mean nothing, nor would the limits
     if timed:
         say("measuring the machine's limits before the cases")
         env["limits_before"] = _bench.measure_limits()
@@ -151,28 +181,14 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     spreads, first_calls = {}, {}
     if args.targets and timed:
         spreads = _bench.run_spreads(rows, progress=say)
-        first_calls = _bench.run_first_calls(_bench.select_first_calls(args.cases), progress=say)
+        first_calls = _bench.run_first_calls(first_calls_selected, progress=say)
     warnings = []
     if timed:
         say("measuring the machine's limits after the cases")
         env["limits"] = _bench.measure_limits()
         warnings = _bench.busy_signs(env["limits_before"], env["limits"])
-    print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
-    print(_bench.environment_line(env))
-    if timed:
-        print(_bench.limits_line(env["limits_before"], "before the cases"))
-        print(_bench.limits_line(env["limits"], "after the cases"))
-    if warnings:
-        print(_busy_warning(warnings))
-    print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
-    print()
-    if rows:  # (none when the patterns name first-call targets only)
-        print(_bench.format_table(rows, targets=args.targets))
-    for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
-        print(line)
-    say(f"\n{_bench.plural(len(rows), 'case')} in {time.perf_counter() - start:.0f} s")
-    if warnings:  # again where the progress goes, in case the table goes to a file
-        say(_busy_warning(warnings))
+    # The files first: a table that cannot be printed (stdout closed) does not lose them.
+    failure = None
     try:
         if args.csv:
             _bench.write_csv(rows, args.csv, targets=args.targets)
@@ -192,8 +208,36 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             _bench.plot(rows, args.plot, env, targets=args.targets, warnings=warnings)
             say(f"wrote {args.plot}")
     except OSError as exc:
-        return _cannot_run(parser, f"could not write {exc.filename}: {exc.strerror}")
+        failure = f"could not write {exc.filename}: {exc.strerror}"
+    print(f"\n## numba_onnx_ops peer comparison ({args.size} size)\n")
+    print(_bench.environment_line(env))
+    if timed:
+        print(_bench.limits_line(env["limits_before"], "before the cases"))
+        print(_bench.limits_line(env["limits"], "after the cases"))
+    if warnings:
+        print(_busy_warning(warnings))
+    print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
+    print()
+    if rows:  # (none when the patterns name first-call targets only)
+        print(_bench.format_table(rows, targets=args.targets))
+    for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
+        print(line)
+    where = "the row's case" + (", or a first call's, in parentheses" if first_calls else "")
+    print(f"\none row again: `{_rerun_command(args, 'NAME')}` (NAME: {where})")
+    say(f"\n{_bench.plural(len(rows), 'case')} in {time.perf_counter() - start:.0f} s")
+    if warnings:  # again where the progress goes, in case the table goes to a file
+        say(_busy_warning(warnings))
+    if failure:
+        return _cannot_run(parser, failure)
     return OK if all(row.ours_ok for row in rows) else DISAGREE
+
+
+def _rerun_command(args: argparse.Namespace, name: str) -> str:
+    """The command that runs the row ``name`` of this run again, as this run did: its size,
+    and ``--targets`` (which a first-call row needs)."""
+    size = {"full": [], "quick": ["--quick"], "tiny": ["--size", "tiny"]}[args.size]
+    targets = ["--targets"] if args.targets else []
+    return shlex.join(["python", "-m", "numba_onnx_ops", "bench", *size, *targets, "--cases", name])
 
 
 def _busy_warning(signs: Sequence[str]) -> str:

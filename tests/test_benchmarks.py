@@ -204,9 +204,12 @@ def test_bench_size_option(args, size):
 
 def test_bench_command_rejects_unknown_cases(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["bench", "--cases", "no-such-case"])
+        main(["bench", "--cases", "no-such-case", "matmul-f32-102"])
     assert exc.value.code == 2
-    assert "matmul-f32-1024" in capsys.readouterr().err
+    assert "no case matches 'no-such-case'; --list names them" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["bench", "--cases", "pow-f32-e37"])  # a typo: the names nearest to it follow
+    assert "no case matches 'pow-f32-e37'; near: pow-f32-e3.7, " in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -317,6 +320,14 @@ def test_first_call_targets_are_selected_by_name():
     assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 6
     with pytest.raises(ValueError, match="no case matches"):
         _bench.select_cases(["first-nothing"])
+
+
+def test_a_name_selects_its_case_alone():
+    # Names that other names contain: pow-f32-e3.7 (first-pow-f32-e3.7), call-pow16-f32-e2
+    # (call-pow16-f32-e2-opset15), first-matmul-i32 (first-matmul-i32-packed).
+    for name in [c.name for c in _bench.CASES] + [f.name for f in _bench.FIRST_CALLS]:
+        cases, firsts = _bench.select_cases([name]), _bench.select_first_calls([name])
+        assert [c.name for c in cases] + [f.name for f in firsts] == [name]
 
 
 # --------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 import numba_onnx_ops
+from numba_onnx_ops import bench as _bench
 
 PROG = "python -m numba_onnx_ops"
 HAS_DASK = all(importlib.util.find_spec(m) for m in ("dask", "distributed", "zarr"))
@@ -64,6 +66,36 @@ def test_help_gives_the_exit_statuses(command):
     assert "exit status: 0 done" in text
     for status in ("1 a result", "2 usage error", "3 the command cannot run here"):
         assert status in text
+    assert "141 standard output was closed before the command ended (as by | head)" in text
+
+
+def cli_with_stdout_closed(*args: str):
+    """Runs the command line with a standard output nobody reads (the reader is gone before
+    the command starts, as after ``| head`` has had its lines)."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        cmd = [sys.executable, "-m", "numba_onnx_ops", *args]
+        return subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=300)
+    finally:
+        os.close(write)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--list"],
+        ["bench", "--size", "tiny", "--cases", "matmul-f32-4x4", "--csv", "{tmp}/b.csv"],
+    ],
+    ids=["list", "run"],
+)
+def test_a_closed_stdout_ends_the_command_quietly(tmp_path, args):
+    done = cli_with_stdout_closed(*(a.format(tmp=tmp_path) for a in args))
+    assert done.returncode == 141, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    if "--csv" in args:  # the files do not depend on the table being read
+        assert (tmp_path / "b.csv").read_text().startswith("case,")
+        assert f"wrote {tmp_path}/b.csv" in done.stderr
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,15 +118,18 @@ def test_help_gives_the_exit_statuses(command):
         (["--workers", "1", "--chunk", "128MiB"], "--memory-limit 1 GiB (the default) is too"),
         (["--size", "1000000TiB"], "--size 1e+06 TiB needs 3.5e+06 TiB free in"),
         (["--dir", __file__], "not a directory"),
+        (["--dir", "{tmp}/typo/data"], "--dir {tmp}/typo/data: no such directory {tmp}/typo; "),
     ],
 )
-def test_stream_arguments_are_checked_before_any_work(args, message):
+def test_stream_arguments_are_checked_before_any_work(tmp_path, args, message):
+    args, message = [a.format(tmp=tmp_path) for a in args], message.format(tmp=tmp_path)
     start = time.perf_counter()
     done = cli("stream", *args, timeout=60)
     assert done.returncode == 2
     line = error_line(done, "stream")
     assert message in line
     assert "_size" not in done.stderr and done.stdout == ""  # nothing was made or run
+    assert list(tmp_path.iterdir()) == []
     assert time.perf_counter() - start < 60
 
 
@@ -131,12 +166,41 @@ def test_stream_without_the_dask_extra_says_what_to_install(missing):
     assert cli("stream", "--help", without=(missing,)).returncode == 0
 
 
+def _tree_size(folder) -> str:
+    from numba_onnx_ops.integrations.zarr_stream import fmt_bytes
+
+    return fmt_bytes(sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()))
+
+
 @needs_dask
-def test_stream_runs_with_valid_arguments(tmp_path):
-    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(tmp_path))
+def test_stream_runs_with_valid_arguments_and_keeps_its_data_in_dir(tmp_path):
+    """--dir makes its last folder, and keeps the data there: named, with their size, before any
+    is written and at the end."""
+    data = tmp_path / "data"
+    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", "--dir", str(data))
     assert done.returncode == 0, done.stderr
-    assert "inputs: 2 x 1 MiB in 1 MiB chunks; threaded scheduler" in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0] == (
+        "data: about 3.5 MiB (inputs x.zarr and a.zarr, outputs y.zarr and c.zarr) in "
+        f"{data} (a new folder), kept at the end"
+    )
+    assert "inputs: 2 x 1 MiB in 1 MiB chunks; threaded scheduler" in lines[1]
     assert "first and last row blocks agree" in done.stdout
+    assert sorted(p.name for p in data.iterdir()) == ["a.zarr", "c.zarr", "x.zarr", "y.zarr"]
+    assert lines[-1] == f"kept {_tree_size(data)} in {data}: x.zarr, a.zarr, y.zarr, c.zarr"
+
+
+@needs_dask
+def test_stream_without_dir_removes_its_temporary_folder(tmp_path):
+    done = cli("stream", "--size", "1MiB", "--chunk", "1MiB", env={"TMPDIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    first, last = done.stdout.splitlines()[0], done.stdout.splitlines()[-1]
+    prefix = "data: about 3.5 MiB (inputs x.zarr and a.zarr, outputs y.zarr and c.zarr) in the "
+    assert first.startswith(prefix + f"temporary folder {tmp_path}/"), first
+    assert first.endswith(", removed at the end")
+    folder = first.removeprefix(prefix + "temporary folder ").removesuffix(", removed at the end")
+    assert last.startswith(f"removed the temporary folder {folder} (3.5"), last
+    assert not os.path.exists(folder)
 
 
 @needs_dask
@@ -175,6 +239,81 @@ def test_bench_outputs_are_checked_before_the_run(tmp_path, option, path, messag
     assert f"{option} {path}: {message}" in error_line(done, "bench")
     assert "[1/1]" not in done.stderr  # no case ran
     assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--cases", "first-pow-f32-e3.7"],
+            "--cases first-pow-f32-e3.7: first-pow-f32-e3.7 is a first-call target: add --targets",
+        ),
+        (
+            ["--quick", "--cases", "matmul-f32-4x4", "first-matmul-i32"],
+            "--cases first-matmul-i32: first-matmul-i32 is a first-call target: add --targets",
+        ),
+        (
+            ["--size", "tiny", "--targets", "--cases", "first-matmul"],
+            "first-matmul-i32, first-matmul-i32-packed, first-matmul-f32-batch are first-call "
+            "targets: timed at --size quick or full only",
+        ),
+        (["--list", "--cases", "first-pow"], "are first-call targets: add --targets"),
+        (["--cases", "no-such-case", "pow-f16"], "no case matches 'no-such-case'; --list names"),
+    ],
+)
+def test_bench_cases_that_would_run_nothing_are_usage_errors(args, message):
+    done = cli("bench", *args)
+    assert done.returncode == 2
+    assert message in error_line(done, "bench")
+    assert "[1/" not in done.stderr and done.stdout == ""  # nothing ran
+
+
+def test_bench_list_aligns_its_columns_to_the_longest_entries():
+    done = cli("bench", "--targets", "--list")
+    assert done.returncode == 0, done.stderr
+    labels = {case.name: case.label() for case in _bench.CASES}
+    labels |= {first.name: f"first call, {first.label}" for first in _bench.FIRST_CALLS}
+    lines = done.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(labels)
+    starts = {line.index("  " + labels[line.split()[0]]) for line in lines}
+    targets = {line.index("  target ") for line in lines}
+    assert len(starts) == 1 and len(targets) == 1, (starts, targets)
+
+
+def test_bench_names_the_command_that_runs_a_row_again(monkeypatch, capsys):
+    """The report ends with the command that runs one of its rows again, with the flags the row
+    needs (--targets for a first call), and that command runs that row alone, even where other
+    names contain its name."""
+    from numba_onnx_ops.__main__ import main
+
+    ran = []  # nothing is timed: rows, first calls and limits are made up
+    ok = {_bench.OURS: "ok", _bench.NUMPY: "ok"}
+
+    def rows(cases, size, progress):
+        ran.extend(case.name for case in cases)
+        return [_bench.Row(case, size, times=dict.fromkeys(ok, 1e-3), status=ok) for case in cases]
+
+    def first_calls(firsts, progress):
+        ran.extend(first.name for first in firsts)
+        return {first: [1.0, 1.0, 1.0] for first in firsts}
+
+    copy = {"bytes": 4e7, "seconds": 3e-3, "gbps": 27.0}
+    monkeypatch.setattr(_bench, "measure_limits", lambda: {"fma_peak": None, "copy": copy})
+    monkeypatch.setattr(_bench, "run_comparison", rows)
+    monkeypatch.setattr(_bench, "run_spreads", lambda rows, progress: {})
+    monkeypatch.setattr(_bench, "run_first_calls", first_calls)
+    names = ["pow-f32-e3.7", "call-pow16-f32-e2", "first-pow-f32-e3.7"]
+    assert main(["bench", "--quick", "--targets", "--cases", *names]) == 0
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if line.startswith("one row again: `")]
+    command = shlex.split(line.split("`")[1])
+    assert command[:4] == ["python", "-m", "numba_onnx_ops", "bench"] and command[-1] == "NAME"
+    assert "first call's" in line
+    for name in names:
+        assert name in out
+        ran.clear()
+        assert main([*command[3:-1], name]) == 0
+        assert ran == [name]
 
 
 def test_bench_plot_without_matplotlib_cannot_run(tmp_path):

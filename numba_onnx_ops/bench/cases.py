@@ -13,6 +13,7 @@ alone, ``ReferenceEvaluator(model)``: onnx's numpy implementation of every opera
 
 from __future__ import annotations
 
+import difflib
 import math
 import statistics
 from collections.abc import Sequence
@@ -326,31 +327,70 @@ DEMO_CASES = (
 
 
 def select_cases(patterns: Sequence[str] | None) -> list[Case]:
-    """The cases whose name matches any pattern (a glob, or a plain substring), in table order
-    (a pattern may also match only first-call targets: see :func:`select_first_calls`).
+    """The cases that ``patterns`` select (see :func:`select`), in table order; a pattern may
+    also select only first-call targets (:func:`select_first_calls`).
 
     Raises
     ------
     ValueError
-        If a pattern matches no case.
+        If a pattern selects neither a case nor a first-call target.
     """
-    if not patterns:
-        return list(CASES)
-    names = [c.name for c in CASES] + [f.name for f in FIRST_CALLS]
-    unmatched = [p for p in patterns if not any(_matches(name, p) for name in names)]
-    if unmatched:
-        raise ValueError(f"no case matches {unmatched}; the cases are: {', '.join(names)}")
-    return [c for c in CASES if any(_matches(c.name, p) for p in patterns)]
+    return select(patterns)[0]
 
 
 def select_first_calls(patterns: Sequence[str] | None) -> list[FirstCall]:
-    """The first-call targets whose name matches any pattern (all of them without patterns)."""
+    """The first-call targets that ``patterns`` select (all of them without patterns)."""
     if not patterns:
         return list(FIRST_CALLS)
     return [f for f in FIRST_CALLS if any(_matches(f.name, p) for p in patterns)]
 
 
+def select(patterns: Sequence[str] | None) -> tuple[list[Case], list[FirstCall]]:
+    """The cases and the first-call targets that ``patterns`` select, each in table order
+    (every one of both without patterns).
+
+    A pattern that is a name selects that one entry alone, so that the name of a row reruns
+    that row and no other whose name contains it (``pow-f32-e3.7``, ``first-pow-f32-e3.7``);
+    any other pattern selects every name it matches as a glob or contains.
+
+    Raises
+    ------
+    ValueError
+        If a pattern selects nothing.
+    """
+    if not patterns:
+        return list(CASES), list(FIRST_CALLS)
+    unmatched = [p for p in patterns if not any(_matches(n, p) for n in _names())]
+    if unmatched:
+        near = [n for p in unmatched for n in difflib.get_close_matches(p, _names(), 3)]
+        hint = f"; near: {', '.join(dict.fromkeys(near))}" if near else ""
+        raise ValueError(
+            f"no case matches {', '.join(map(repr, unmatched))}{hint}; --list names them"
+        )
+    return (
+        [c for c in CASES if any(_matches(c.name, p) for p in patterns)],
+        [f for f in FIRST_CALLS if any(_matches(f.name, p) for p in patterns)],
+    )
+
+
+def first_calls_only(patterns: Sequence[str] | None) -> dict[str, list[str]]:
+    """The patterns that select first-call targets and no case, each with the names of those
+    targets: what a run that does not time first calls would run nothing for."""
+    return {
+        p: [f.name for f in FIRST_CALLS if _matches(f.name, p)]
+        for p in patterns or ()
+        if not any(_matches(c.name, p) for c in CASES)
+        and any(_matches(f.name, p) for f in FIRST_CALLS)
+    }
+
+
+def _names() -> list[str]:
+    return [c.name for c in CASES] + [f.name for f in FIRST_CALLS]
+
+
 def _matches(name: str, pattern: str) -> bool:
+    if pattern in _names():  # a name: that entry alone
+        return name == pattern
     return fnmatchcase(name, pattern) or pattern in name
 
 

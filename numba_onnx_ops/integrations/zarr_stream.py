@@ -24,6 +24,7 @@ import numpy as np
 
 MATMUL_K = 512  # A's columns (the contraction), one chunk
 MATMUL_N = 256  # B's columns: B is a small numpy operand, passed whole to every task
+INPUTS, OUTPUTS = ("x.zarr", "a.zarr"), ("y.zarr", "c.zarr")  # in the work folder
 
 
 def _zarr_array(path: Path, shape, chunks, dtype):
@@ -242,7 +243,9 @@ def add_parser(commands, **kwargs) -> None:
         description="Make a float16 and an int32 zarr input of SIZE each, stream "
         "pow(x, 3.7) and matmul(a, b) (b: a 512x256 int32 numpy array) into zarr outputs, "
         "check the first and last row blocks against the in-memory calls, and report each "
-        "stage's time and the peak resident memory of every process that computed. Needs the "
+        "stage's time and the peak resident memory of every process that computed. The data "
+        "(about 3.5 times SIZE) go to --dir, kept, or to a temporary folder removed at the end; "
+        "either is named at the start and at the end, with its size. Needs the "
         "dask extra: pip install 'numba_onnx_ops[dask]'. Sizes are " + SIZE_FORMATS + ".",
         **kwargs,
     )
@@ -259,7 +262,12 @@ def add_parser(commands, **kwargs) -> None:
         type=parse_size,
         help="bytes per row chunk (default 16MiB, at least 1MiB)",
     )
-    p.add_argument("--dir", help="work directory (default: a temporary one, removed after)")
+    p.add_argument(
+        "--dir",
+        help="folder for the inputs and outputs, kept at the end (created if missing, but not "
+        "its parent; x.zarr, a.zarr, y.zarr and c.zarr there are replaced); default: a "
+        "temporary folder, removed at the end",
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument(
         "--workers",
@@ -305,6 +313,12 @@ def usage_problem(args: argparse.Namespace) -> str | None:
     where = Path(args.dir or tempfile.gettempdir()).absolute()
     if where.exists() and not where.is_dir():
         return f"--dir {args.dir}: not a directory"
+    # One missing folder is made; a missing parent is more likely a typo than a tree to create.
+    if not where.exists() and not where.parent.is_dir():
+        return (
+            f"--dir {args.dir}: no such directory {where.parent}; stream makes the folder "
+            "itself but not its parents"
+        )
     existing = next(p for p in (where, *where.parents) if p.exists())
     if not os.access(existing, os.W_OK):
         return f"cannot write to {existing}" + ("" if args.dir else "; choose a --dir")
@@ -342,14 +356,17 @@ def _connect(address: str):
 def command(args: argparse.Namespace) -> int:
     """Run ``stream``; return the exit status: 0 when the checked blocks agree, 1 when one
     differs, 3 when the dask extra is missing or the scheduler does not answer (usage errors
-    exit with 2 through ``args.parser``)."""
+    exit with 2 through ``args.parser``).
+
+    It says where the data go and about how much before writing any, and at the end how much
+    it kept in ``--dir`` or removed with the temporary folder it used without one.
+    """
     if problem := usage_problem(args):
         args.parser.error(problem)
     if problem := _missing_extra(bool(args.workers or args.scheduler)):
         print(f"{args.parser.prog}: error: {problem}", file=sys.stderr)
         return 3
     with contextlib.ExitStack() as stack:
-        workdir = args.dir or stack.enter_context(tempfile.TemporaryDirectory())
         client = None
         if args.scheduler:
             try:
@@ -375,6 +392,22 @@ def command(args: argparse.Namespace) -> int:
                 )
             )
             client = stack.enter_context(Client(cluster))
+        if args.dir:
+            workdir, made = Path(args.dir).absolute(), not os.path.isdir(args.dir)
+            workdir.mkdir(exist_ok=True)
+            replaced = [name for name in INPUTS + OUTPUTS if (workdir / name).exists()]
+            kept = f"{workdir}{' (a new folder)' if made else ''}, kept at the end" + (
+                f"; replacing the {', '.join(replaced)} there" if replaced else ""
+            )
+        else:
+            prefix = "numba_onnx_ops-stream-"
+            workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix)))
+            kept = f"the temporary folder {workdir}, removed at the end"
+        print(
+            f"data: about {fmt_bytes(DISK_PER_BYTE * args.size)} (inputs {' and '.join(INPUTS)}, "
+            f"outputs {' and '.join(OUTPUTS)}) in {kept}",
+            flush=True,
+        )
         where = f"workers of {client.scheduler.address}" if client else "threaded scheduler"
         print(
             f"inputs: 2 x {fmt_bytes(args.size)} in {fmt_bytes(min(args.chunk, args.size))} "
@@ -392,10 +425,27 @@ def command(args: argparse.Namespace) -> int:
                 f"{name}: {r['seconds']:.2f} s; resident MiB before {mib(r['rss_before'])}, "
                 f"peak {mib(r['peak_rss'])}"
             )
+        status = 0
         try:
             check(data)
         except AssertionError as exc:
             print(f"{args.parser.prog}: RESULTS DISAGREE: {exc}", file=sys.stderr)
-            return 1
-        print("first and last row blocks agree with the in-memory calls")
-    return 0
+            status = 1
+        else:
+            print("first and last row blocks agree with the in-memory calls")
+        written = fmt_bytes(_tree_bytes(workdir, INPUTS + OUTPUTS))
+    if args.dir:
+        print(f"kept {written} in {workdir}: {', '.join(INPUTS + OUTPUTS)}")
+    else:
+        print(f"removed the temporary folder {workdir} ({written})")
+    return status
+
+
+def _tree_bytes(folder: Path, names) -> int:
+    """The bytes of the files under ``folder``'s entries ``names``."""
+    return sum(
+        (Path(root) / file).stat().st_size
+        for name in names
+        for root, _, files in os.walk(folder / name)
+        for file in files
+    )
