@@ -35,6 +35,7 @@ import weakref
 from collections import Counter
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 import pytest
 from oracles import assert_matmul_close, assert_pow_matches, assert_same_values
@@ -825,10 +826,50 @@ _OTHER_OPERATORS = re.compile(
 # empty sequence, its Scan-8 with a sequence-length input it ignores).
 _REFERENCE_FAILS = {"test_if_opt_cpu", "test_loop16_seq_none_cpu", "test_scan_sum_cpu"}
 
+
+def _comparable(output, reference_output):
+    """``output`` and ``reference_output``, both widened to float32 where numpy cannot promote
+    their dtype with a Python float and float32 holds each of its values exactly.
+
+    onnx's runner compares through ``numpy.testing.assert_allclose``, which needs that promotion:
+    numpy 1.x has none for most of ml_dtypes' float8, float4 and e8m0 types (numpy 2 has), and
+    onnx widens bfloat16 itself for the same reason.  Arrays of different dtypes are left alone,
+    for the runner's dtype check to see them.
+    """
+    if not (
+        isinstance(output, np.ndarray)
+        and isinstance(reference_output, np.ndarray)
+        and output.dtype == reference_output.dtype
+        and np.can_cast(output.dtype, np.float32, "safe")
+    ):
+        return output, reference_output
+    try:
+        np.result_type(reference_output, 1.0)
+    except TypeError:
+        return output.astype(np.float32), reference_output.astype(np.float32)
+    return output, reference_output
+
+
+class _Runner(onnx.backend.test.BackendTest):
+    """onnx's backend test runner, comparing outputs of every dtype onnx's cases produce on
+    every numpy the package supports (:func:`_comparable`)."""
+
+    @classmethod
+    def assert_similar_outputs(cls, ref_outputs, outputs, rtol, atol, model_dir=None):
+        if (
+            isinstance(outputs, (list, tuple))
+            and isinstance(ref_outputs, (list, tuple))
+            and len(outputs) == len(ref_outputs)
+        ):
+            pairs = [_comparable(out, ref) for out, ref in zip(outputs, ref_outputs)]
+            outputs, ref_outputs = [out for out, _ in pairs], [ref for _, ref in pairs]
+        super().assert_similar_outputs(ref_outputs, outputs, rtol, atol, model_dir=model_dir)
+
+
 with warnings.catch_warnings():
     # Building onnx's node cases runs its own numpy code, which warns (casts) at import.
     warnings.simplefilter("ignore", RuntimeWarning)
-    OnnxNodeCasesOfOtherOperators = onnx.backend.test.BackendTest(Backend, __name__).test_cases[
+    OnnxNodeCasesOfOtherOperators = _Runner(Backend, __name__).test_cases[
         "OnnxBackendNodeModelTest"
     ]
 for _name in unittest.defaultTestLoader.getTestCaseNames(OnnxNodeCasesOfOtherOperators):
@@ -839,6 +880,21 @@ del _name
 OnnxNodeCasesOfOtherOperators.pytestmark = [
     pytest.mark.filterwarnings("ignore:invalid value encountered in cast:RuntimeWarning")
 ]
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2fnuz, ml_dtypes.float4_e2m1fn, np.float16],
+)
+def test_runner_compares_outputs_of_narrow_float_types(dtype):
+    ref = np.array([0.5, 1.5, -2.0, np.nan], np.float32).astype(dtype)
+    _Runner.assert_similar_outputs([ref], [ref.copy()], rtol=1e-3, atol=1e-7)
+    wrong = ref.copy()
+    wrong[1] = wrong[2]
+    with pytest.raises(AssertionError):
+        _Runner.assert_similar_outputs([ref], [wrong], rtol=1e-3, atol=1e-7)
+    with pytest.raises(AssertionError):  # the dtype is checked, not widened away
+        _Runner.assert_similar_outputs([ref], [ref.astype(np.float32)], rtol=1e-3, atol=1e-7)
 
 
 def test_onnx_node_cases_selected():
