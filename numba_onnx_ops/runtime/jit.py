@@ -13,7 +13,13 @@ from pathlib import Path
 import numba
 from numba.extending import overload
 
-from .numba_private import KERNEL_OPTIONS, LINK_ONLY_OPTIONS, link_only_jit, stamp_cache_index
+from .numba_private import (
+    KERNEL_OPTIONS,
+    LINK_ONLY_OPTIONS,
+    check_cache_loads,
+    link_only_jit,
+    stamp_cache_index,
+)
 from .schedule import no_call_state, no_chunksize, no_spread
 
 #: The modules kernels read while they compile, named within the package: those that define
@@ -90,6 +96,10 @@ def kernel(*, slp: bool = False, **options):
     index stamp here also covers every module in :data:`KERNEL_SOURCES`.  Where one of them
     cannot be read, or numba keeps that stamp elsewhere than the versions this was checked on,
     the kernels are not cached.
+
+    Several processes may fill one cache at once (test workers, a pool of servers): a kernel
+    takes from the cache only machine code compiled for the argument types it is called with
+    (``numba_private.check_cache_loads``).
     """
 
     jit_options = {"nogil": True, **KERNEL_OPTIONS, **options}
@@ -156,7 +166,7 @@ def _cached_or_not(func, jit_options):
         except RuntimeError:  # "cannot cache function ...: no locator available"
             pass
         else:
-            if stamp_cache_index(dispatcher, stamp):
+            if stamp_cache_index(dispatcher, stamp) and check_cache_loads(dispatcher):
                 return dispatcher
     return numba.njit(**jit_options)(func)
 

@@ -9,6 +9,16 @@ package was tried with); the attributes below exist and behave as described in b
   kernel inlines.  Without it numba would check only the kernel's own file and could load stale
   machine code after an edit or upgrade of an inlined helper, so where the attributes are missing
   the kernels are compiled without the on-disk cache (slower first calls, never stale code).
+- ``Dispatcher._cache.load_overload`` (the ``numba.core.caching.FunctionCache`` method that
+  ``Dispatcher.compile`` calls for a signature it has not compiled), the ``signature`` of the
+  ``CompileResult`` it returns, and ``numba.core.sigutils.normalize_signature``:
+  :func:`check_cache_loads` refuses a loaded result compiled for other argument types.  The index
+  names one data file per signature, but two processes that save new signatures of one kernel at
+  once can take the same file name, and the index one of them writes can then name the data file
+  the other wrote: another signature's machine code, which numba would register and call with
+  the arguments (a ``TypeError``, "can't unbox array", where an array's item size differs; wrong
+  values where it does not).  Where these are missing, the kernels are compiled without the
+  on-disk cache.
 - ``numba.core.config.reload_config``, ``numba.core.config.SLP_VECTORIZE`` and
   ``numba.core.compiler_lock.global_compiler_lock``: :func:`compile_with_slp` turns LLVM's SLP
   vectorizer on for one compilation.  Where they are missing, the kernel compiles without SLP:
@@ -110,12 +120,40 @@ def stamp_cache_index(dispatcher, stamp: bytes) -> bool:
     return True
 
 
+def check_cache_loads(dispatcher) -> bool:
+    """Make ``dispatcher``'s on-disk cache serve only machine code compiled for the argument types
+    asked for: a cached result of other types counts as a miss, so the kernel compiles, and
+    numba's save then replaces the data file the index names.
+
+    Returns ``False`` (after one warning per process) when this numba loads cached kernels
+    elsewhere: the caller must then not use the on-disk cache.
+    """
+    try:
+        from numba.core.sigutils import normalize_signature
+
+        cache = dispatcher._cache
+        load = cache.load_overload
+    except (ImportError, AttributeError):
+        _warn_uncached()
+        return False
+
+    def load_overload(sig, target_context):
+        cres = load(sig, target_context)
+        loaded = getattr(getattr(cres, "signature", None), "args", None)
+        if loaded is None or tuple(loaded) != tuple(normalize_signature(sig)[0]):
+            return None
+        return cres
+
+    cache.load_overload = load_overload
+    return True
+
+
 def _warn_uncached() -> None:
     global _cache_warned
     if not _cache_warned:
         _cache_warned = True
         warnings.warn(
-            f"numba_onnx_ops: numba {numba.__version__} stores its cache index differently from "
+            f"numba_onnx_ops: numba {numba.__version__} keeps its on-disk cache differently from "
             f"the versions this package was checked on ({', '.join(CHECKED_ON)}); its kernels "
             "compile without the on-disk cache (slower first calls, same results)",
             RuntimeWarning,
