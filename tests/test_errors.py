@@ -229,6 +229,31 @@ def test_bad_opset(opset):
             noo.resolve_version(op, opset)
 
 
+def test_opset_above_the_newest_known_is_refused():
+    """A later opset may define a new MatMul or Pow: it is refused on every call (a repeated
+    call would find a kept plan if the first one made one), naming it and the newest known."""
+    newest = noo.NEWEST_OPSET
+    a = np.ones((2, 2), F32)
+    for opset in (newest + 1, newest + 70, 2**63, np.int64(newest + 1), np.int64(2**63 - 1)):
+        message = rf"opset {opset} .*opset {newest}\b"
+        for _ in range(2):
+            with pytest.raises(ValueError, match=message):
+                noo.matmul(a, a, opset=opset)
+            with pytest.raises(ValueError, match=message):
+                noo.pow(a, a, opset=opset)
+            with pytest.raises(ValueError, match=message):
+                noo.pow(a, 2.0, opset=opset)
+            for op in ("MatMul", "Pow"):
+                with pytest.raises(ValueError, match=message):
+                    noo.resolve_version(op, opset)
+
+
+def test_the_newest_known_opset_runs():
+    a = np.full((2, 2), 2.0, F32)
+    assert noo.matmul(a, a, opset=noo.NEWEST_OPSET).tolist() == [[8.0, 8.0], [8.0, 8.0]]
+    assert noo.pow(a, a, opset=noo.NEWEST_OPSET).tolist() == [[4.0, 4.0], [4.0, 4.0]]
+
+
 # ------------------------------------------------------------------------------------------
 # out=
 # ------------------------------------------------------------------------------------------

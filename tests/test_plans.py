@@ -619,6 +619,8 @@ _ROW = np.ones(3, F32)
 
 POW_ERRORS = [
     ("opset 0", (_X, 2.0), {"opset": 0}, ValueError),
+    ("opset 99", (_X, 2.0), {"opset": 99}, ValueError),
+    ("opset 99, array Y", (_X, _X), {"opset": 99}, ValueError),
     ("broadcast at Pow-7", (_X, _ROW), {"opset": 7, "broadcast": 1}, TypeError),
     ("axis at Pow-15", (_X, 2.0), {"axis": 0}, TypeError),
     ("Pow-1 shapes", (_X, _ROW), {"opset": 1}, ValueError),
@@ -643,6 +645,7 @@ MATMUL_ERRORS = [
     ("rank 0", (np.ones((), F32), np.ones((3,), F32)), {}, ValueError),
     ("batch", (np.ones((2, 4, 3), F32), np.ones((3, 3, 4), F32)), {}, ValueError),
     ("opset 0", (np.ones((4, 3), F32), np.ones((3, 4), F32)), {"opset": 0}, ValueError),
+    ("opset 99", (np.ones((4, 3), F32), np.ones((3, 4), F32)), {"opset": 99}, ValueError),
     ("int32 at MatMul-1", (np.ones((4, 3), I32), np.ones((3, 4), I32)), {"opset": 1}, TypeError),
     ("bfloat16 at MatMul-9", (np.ones((4, 3), BF16), np.ones((3, 4), BF16)), {"opset": 9},
      TypeError),

@@ -37,8 +37,9 @@ def matmul(
         (checks made at the call; ``out`` is refused; the chunking is described in the
         README's dask section).
     opset : int, optional
-        Default-domain opset of the model; selects MatMul-1 (float16/32/64), MatMul-9 (adds
-        int32, int64, uint32, uint64) or MatMul-13 (adds bfloat16).  ``None``: the newest.
+        Default-domain opset of the model, from 1 to ``NEWEST_OPSET``; selects MatMul-1
+        (float16/32/64), MatMul-9 (adds int32, int64, uint32, uint64) or MatMul-13 (adds
+        bfloat16).  ``None``: the newest.
     out : numpy.ndarray, optional
         Array of the result's exact shape and dtype to fill and return.
 
@@ -54,8 +55,9 @@ def matmul(
         A dtype the version does not allow, an operand that is not an array of numbers, ``A``
         and ``B`` of different dtypes, or ``out`` of the wrong dtype.
     ValueError
-        A bad ``opset``, a rank-0 operand, inner dimensions or batch shapes that do not match,
-        or ``out`` of the wrong shape.
+        An ``opset`` that is not an integer, below 1 or above ``NEWEST_OPSET``, a rank-0
+        operand, inner dimensions or batch shapes that do not match, or ``out`` of the wrong
+        shape.
     """
     if (
         out is None

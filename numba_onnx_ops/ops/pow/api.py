@@ -44,7 +44,8 @@ def pow(  # noqa: A001 - the ONNX operator's name
         Python ``int``/``float`` is weakly typed: it takes ``X``'s dtype where the version
         needs one dtype, else becomes int64/float64 (an int outside int64 is an error).
     opset : int, optional
-        Default-domain opset of the model; selects Pow-1, 7, 12, 13 or 15.  ``None``: newest.
+        Default-domain opset of the model, from 1 to ``NEWEST_OPSET``; selects Pow-1, 7, 12,
+        13 or 15.  ``None``: the newest.
     broadcast, axis : int, optional
         Pow-1's legacy attributes.  ``broadcast=1`` lets ``Y`` be a one-element tensor or match
         a contiguous run of ``X``'s dimensions starting at ``axis`` (default: the trailing
@@ -79,8 +80,9 @@ def pow(  # noqa: A001 - the ONNX operator's name
     OverflowError
         From Pow-12 on, a Python ``int`` operand outside int64.
     ValueError
-        A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
-        ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
+        An ``opset`` that is not an integer, below 1 or above ``NEWEST_OPSET``, shapes that do
+        not broadcast (under the version's rules), a bad ``broadcast``/``axis`` value, or
+        ``out`` of the wrong shape.
     """
     if (
         out is None
