@@ -116,9 +116,11 @@ def resolve_version(op: str, opset: int | None = None) -> int:
 
     Raises
     ------
+    TypeError
+        If ``opset`` is not an integer (a ``str``, a ``float``, a ``bool``).
     ValueError
-        If ``op`` is unknown, ``opset`` is not an integer >= 1, or it is above ``NEWEST_OPSET``
-        (a later opset may define a new version of ``op``, which this package does not know).
+        If ``op`` is unknown, or ``opset`` is below 1 or above ``NEWEST_OPSET`` (a later opset
+        may define a new version of ``op``, which this package does not know).
     """
     try:
         versions = _TABLES[op]
@@ -126,8 +128,14 @@ def resolve_version(op: str, opset: int | None = None) -> int:
         raise ValueError(f"unknown operator {op!r}; expected one of {sorted(_TABLES)}") from None
     if opset is None:
         return max(versions)
-    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral) or opset < 1:
-        raise ValueError(f"{op}: opset must be an integer >= 1 or None, got {opset!r}")
+    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral):
+        # (numpy's convention: a value of the wrong type is a TypeError, a bad value of the
+        # right type a ValueError; a bool is an int to Python, not an opset)
+        raise TypeError(
+            f"{op}: opset must be an integer or None, got {type(opset).__name__} {opset!r}"
+        )
+    if opset < 1:
+        raise ValueError(f"{op}: opset must be >= 1, got {opset}")
     if opset > NEWEST_OPSET:
         raise ValueError(
             f"{op}: opset {opset} is newer than opset {NEWEST_OPSET}, the newest this package "

@@ -52,12 +52,12 @@ def matmul(
     Raises
     ------
     TypeError
-        A dtype the version does not allow, an operand that is not an array of numbers, ``A``
-        and ``B`` of different dtypes, or ``out`` of the wrong dtype.
+        An ``opset`` that is not an integer, a dtype the version does not allow, an operand
+        that is not an array of numbers, ``A`` and ``B`` of different dtypes, or ``out`` of the
+        wrong dtype.
     ValueError
-        An ``opset`` that is not an integer, below 1 or above ``NEWEST_OPSET``, a rank-0
-        operand, inner dimensions or batch shapes that do not match, or ``out`` of the wrong
-        shape.
+        An ``opset`` below 1 or above ``NEWEST_OPSET``, a rank-0 operand, inner dimensions or
+        batch shapes that do not match, or ``out`` of the wrong shape.
     """
     if (
         out is None

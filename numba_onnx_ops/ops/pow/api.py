@@ -74,15 +74,15 @@ def pow(  # noqa: A001 - the ONNX operator's name
     Raises
     ------
     TypeError
-        A dtype the version does not allow, an operand that is not an array of numbers,
-        ``X`` and ``Y`` of different dtypes at Pow-1/7, ``broadcast``/``axis`` at Pow-7 or
-        later, or ``out`` of the wrong dtype.
+        An ``opset`` that is not an integer, a dtype the version does not allow, an operand
+        that is not an array of numbers, ``X`` and ``Y`` of different dtypes at Pow-1/7,
+        ``broadcast``/``axis`` at Pow-7 or later, or ``out`` of the wrong dtype.
     OverflowError
         From Pow-12 on, a Python ``int`` operand outside int64.
     ValueError
-        An ``opset`` that is not an integer, below 1 or above ``NEWEST_OPSET``, shapes that do
-        not broadcast (under the version's rules), a bad ``broadcast``/``axis`` value, or
-        ``out`` of the wrong shape.
+        An ``opset`` below 1 or above ``NEWEST_OPSET``, shapes that do not broadcast (under
+        the version's rules), a bad ``broadcast``/``axis`` value, or ``out`` of the wrong
+        shape.
     """
     if (
         out is None
