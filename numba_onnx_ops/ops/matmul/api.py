@@ -17,6 +17,7 @@ from ...core.checks import dask_operand, finish, prepare_out
 from . import decisions, dispatch
 
 if TYPE_CHECKING:
+    import dask.array as da
     from numpy.typing import ArrayLike
 
 _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
@@ -24,7 +25,7 @@ _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
 
 def matmul(
     A: ArrayLike, B: ArrayLike, *, opset: int | None = None, out: np.ndarray | None = None
-) -> np.ndarray:
+) -> np.ndarray | da.Array:
     """Matrix product of ``A`` and ``B`` as ONNX MatMul defines it (numpy.matmul's rules).
 
     Parameters
@@ -52,12 +53,14 @@ def matmul(
     Raises
     ------
     TypeError
-        An ``opset`` that is not an integer, a dtype the version does not allow, an operand
-        that is not an array of numbers, ``A`` and ``B`` of different dtypes, or ``out`` of the
-        wrong dtype.
+        An ``opset`` that is not an integer; a dtype the version does not allow; an operand
+        that is not an array of numbers (``None``, a list holding ``None``) or is a masked
+        array; ``A`` and ``B`` of different dtypes; ``out`` that is not a ``numpy.ndarray`` or
+        is of the wrong dtype; ``out`` with a dask operand.
     ValueError
-        An ``opset`` below 1 or above ``NEWEST_OPSET``, a rank-0 operand, inner dimensions or
-        batch shapes that do not match, or ``out`` of the wrong shape.
+        An ``opset`` below 1 or above ``NEWEST_OPSET``; an operand numpy cannot make an array
+        of (a ragged list); a rank-0 operand; inner dimensions or batch shapes that do not
+        match; ``out`` of the wrong shape or read-only; a dask operand of unknown chunk sizes.
     """
     if (
         out is None
