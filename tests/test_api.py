@@ -1,5 +1,6 @@
 """The public functions' promises beyond the operators' values: the exceptions their docstrings
-list, their return types (a dask array for dask operands), and warmup's checks."""
+list, their return types (an ndarray, 0-d where numpy would give a scalar; a dask array for dask
+operands), and warmup's checks."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from oracles import F32, F64, I8
+from oracles import BF16, F16, F32, F64, I8, I32, I64, U32, U64
 
 import numba_onnx_ops as nox
 from numba_onnx_ops import precompile
@@ -160,3 +161,72 @@ def test_return_annotations_hold_what_comes_back():
         assert isinstance(func(x, x), returns), func.__name__
         assert isinstance(func(_dask(x), x), returns), func.__name__
         assert isinstance(func(x, _dask(x)), returns), func.__name__
+
+
+MATMUL_DTYPES = [F16, BF16, F32, F64, I32, I64, U32, U64]
+POW_DTYPES = [F16, BF16, F32, F64, I32, I64]
+
+
+def _assert_0d(result, dtype, what):
+    assert type(result) is np.ndarray, (what, type(result))
+    assert result.shape == (), what
+    assert result.dtype == dtype, what
+
+
+@pytest.mark.parametrize("dtype", MATMUL_DTYPES, ids=str)
+@pytest.mark.parametrize("k", [0, 3, 64, 2**20])
+def test_matmul_of_two_vectors_is_a_0d_array(dtype, k):
+    """numpy.matmul returns a scalar here; an ONNX output is a tensor, so the result is a 0-d
+    ndarray of the operands' dtype, on every path: the kept plan (a repeated call), the general
+    path (a numpy integer opset) and ``out=``."""
+    a = np.ones(k, dtype)
+    b = np.zeros(k, dtype)
+    b[:1] = 1
+    expected = nox.matmul(a[None, :], b[:, None])[0, 0]
+    for call in range(3):
+        result = nox.matmul(a, b)
+        _assert_0d(result, dtype, f"plan, call {call}")
+        assert result.tobytes() == expected.tobytes()
+    result = nox.matmul(a, b, opset=np.int64(nox.NEWEST_OPSET))
+    _assert_0d(result, dtype, "general path")
+    assert result.tobytes() == expected.tobytes()
+    out = np.full((), 7, dtype)
+    assert nox.matmul(a, b, out=out) is out
+    assert out.tobytes() == expected.tobytes()
+
+
+def _pow_exponents(dtype):
+    yield from (2, 3, np.array(2, dtype), np.array(3, I8), np.int32(2))
+    if dtype.kind == "f" or dtype == BF16:
+        yield from (0.5, np.float32(0.5), np.array(-1.5, dtype))
+
+
+@pytest.mark.parametrize("dtype", POW_DTYPES, ids=str)
+def test_pow_of_0d_operands_is_a_0d_array(dtype):
+    """numpy.power returns a scalar for 0-d operands; the result is a 0-d ndarray of X's dtype,
+    on every path: the kept plan (a repeated call), the general path (a numpy scalar base, a
+    numpy integer opset), and ``out=``."""
+    x = np.array(2, dtype)
+    for y in _pow_exponents(dtype):
+        what = f"{dtype} ** {y!r}"
+        expected = nox.pow(x.reshape(1), y).reshape(())
+        for call in range(3):
+            result = nox.pow(x, y)
+            _assert_0d(result, dtype, f"{what}, plan, call {call}")
+            assert result.tobytes() == expected.tobytes(), what
+        for result in (nox.pow(x[()], y), nox.pow(x, y, opset=np.int64(nox.NEWEST_OPSET))):
+            _assert_0d(result, dtype, f"{what}, general path")
+            assert result.tobytes() == expected.tobytes(), what
+        out = np.full((), 7, dtype)
+        assert nox.pow(x, y, out=out) is out
+        assert out.tobytes() == expected.tobytes(), what
+
+
+def test_pow_of_0d_operands_at_every_version():
+    x = np.array(1.5, F32)
+    for opset in (1, 7, 12, 13, 15):
+        _assert_0d(nox.pow(x, x, opset=opset), F32, f"opset {opset}")
+        _assert_0d(nox.pow(x, 2.0, opset=opset), F32, f"opset {opset}")
+        weak_base = F32 if opset < 12 else F64  # (a Python float X: float64 from Pow-12 on)
+        _assert_0d(nox.pow(1.5, x, opset=opset), weak_base, f"opset {opset}")
+    _assert_0d(nox.pow(x, x, opset=1, broadcast=1), F32, "Pow-1 broadcast=1")

@@ -48,7 +48,9 @@ def matmul(
     -------
     numpy.ndarray or dask.array.Array
         The product, of the operands' dtype.  Integers wrap modulo 2**bits; float16 and
-        bfloat16 accumulate in float32 and round once.
+        bfloat16 accumulate in float32 and round once.  Always an array: two 1-D operands
+        give a 0-d ``numpy.ndarray`` where ``numpy.matmul`` gives a scalar (an ONNX output is
+        a tensor).
 
     Raises
     ------

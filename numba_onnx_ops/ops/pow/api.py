@@ -70,7 +70,9 @@ def pow(  # noqa: A001 - the ONNX operator's name
         (C99 ``pow`` special values).  Integer bases: for ``y >= 0`` exact with wraparound
         (``0 ** 0 = 1``); for ``y < 0`` the truncated true value (0 for ``|x| >= 2``, and the
         dtype's minimum for ``0 ** y``); for a float ``y``, ``x ** y`` in float64 truncated
-        toward zero, the dtype's minimum where that is NaN, infinite or out of range.
+        toward zero, the dtype's minimum where that is NaN, infinite or out of range.  Always
+        an array: 0-d operands give a 0-d ``numpy.ndarray`` where ``numpy.power`` gives a
+        scalar (an ONNX output is a tensor).
 
     Raises
     ------
