@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from importlib import metadata as _metadata
 
+from .core.versions import NEWEST_OPSET, resolve_version
 from .core.versions import PUBLIC_TABLES as _PUBLIC_TABLES
 from .core.versions import public_table as _public_table
-from .core.versions import resolve_version
 from .ops.matmul.api import matmul
 from .ops.pow.api import pow  # noqa: A004 - the ONNX operator's name
 from .precompile import compiled_specializations, warmup
@@ -43,6 +43,7 @@ __all__ = [
     "compiled_specializations",
     "release_memory",
     "resolve_version",
+    "NEWEST_OPSET",
     "MATMUL_TYPES",
     "POW_TYPES",
     "__version__",

@@ -53,6 +53,12 @@ def warmup(
     -------
     dict
         Seconds spent per dtype name.
+
+    Raises
+    ------
+    TypeError
+        A value that is not a dtype (``"nonsense"``, ``object()``), or a dtype neither
+        operator allows (``int8``); raised before anything compiles.
     """
     matmul_table, pow_table = public_table("MATMUL_TYPES"), public_table("POW_TYPES")
     matmul_types = matmul_table[max(matmul_table)]
@@ -60,12 +66,13 @@ def warmup(
     if dtypes is None:
         dtypes = sorted(matmul_types | pow_types, key=str)
     dtypes = _dtype_list(dtypes)
+    for dtype in dtypes:  # (all checked first: a mistake should not cost minutes of compiling)
+        if dtype not in matmul_types | pow_types:
+            raise TypeError(f"warmup: {dtype} is not a dtype of MatMul or Pow")
     seconds = {}
     rng = np.random.default_rng(0)
     for dtype in dtypes:
         start = time.perf_counter()
-        if dtype not in matmul_types | pow_types:
-            raise TypeError(f"warmup: {dtype} is not a dtype of MatMul or Pow")
         if dtype in matmul_types:
             for sa, sb in _MATMUL_CASES:
                 matmul(np.ones(sa, dtype), np.ones(sb, dtype))

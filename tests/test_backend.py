@@ -22,7 +22,10 @@ pytest.importorskip("onnx")
 import onnx  # noqa: E402
 import onnx.backend.test  # noqa: E402
 from onnx import helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
 
+import numba_onnx_ops  # noqa: E402
+import numba_onnx_ops.reference  # noqa: E402
 from numba_onnx_ops.backend import Backend, check_node  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -413,6 +416,23 @@ def test_unknown_or_mistyped_attribute(opset, attrs, message):
         Backend.prepare(model)
     with pytest.raises(ValueError, match=message):
         Backend.run_node(model.graph.node[0], [_floats(2), _floats(2)], opset_version=opset)
+
+
+@pytest.mark.parametrize("op", ["MatMul", "Pow"])
+def test_model_of_an_opset_newer_than_the_package_knows(op):
+    """A later opset may define a new MatMul or Pow: such a model is refused before it runs,
+    by the backend and by onnx's evaluator with the package's operators."""
+    opset = numba_onnx_ops.NEWEST_OPSET + 1
+    x = np.ones((2, 2), np.float32)
+    model = _binary_model(op, x, x, opset)
+    message = rf"opset {opset} .*opset {opset - 1}\b"
+    assert not Backend.is_compatible(model)
+    with pytest.raises(ValueError, match=message):
+        Backend.prepare(model)
+    with pytest.raises(ValueError, match=message):
+        Backend.run_node(model.graph.node[0], [x, x], opset_version=opset)
+    with pytest.raises(ValueError, match=message):
+        ReferenceEvaluator(model, new_ops=numba_onnx_ops.reference.OPS)
 
 
 def test_shape_mismatch_names_the_node():

@@ -252,6 +252,8 @@ ERROR_CASES = [
     ("pow", (np.float32, (6, 4)), (np.float32, (6,)), {"opset": 1, "broadcast": 1, "axis": -3}),
     ("pow", (np.float32, (6, 4)), (np.float32, (4,)), {"broadcast": 1}),
     ("pow", (np.float32, (6, 4)), (np.float32, (4,)), {"opset": 0}),
+    ("pow", (np.float32, (6, 4)), (np.float32, (4,)), {"opset": 99}),
+    ("pow", (np.float32, (6, 4)), (np.float32, (4,)), {"opset": "13"}),
     ("pow", (BF16, (6, 4)), (np.float32, ()), {"opset": 12}),
     ("matmul", (np.int32, (6, 4)), (np.int32, (4, 3)), {"opset": 8}),
     ("matmul", (np.float32, (6, 4)), (np.float64, (4, 3)), {}),
@@ -259,6 +261,8 @@ ERROR_CASES = [
     ("matmul", (np.float32, (2, 6, 4)), (np.float32, (3, 4, 3)), {}),
     ("matmul", (np.float32, ()), (np.float32, (4, 3)), {}),
     ("matmul", (BF16, (6, 4)), (BF16, (4, 3)), {"opset": 9}),
+    ("matmul", (np.float32, (6, 4)), (np.float32, (4, 3)), {"opset": 99}),
+    ("matmul", (np.float32, (6, 4)), (np.float32, (4, 3)), {"opset": 13.0}),
 ]
 
 

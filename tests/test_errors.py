@@ -214,19 +214,74 @@ def test_pow_legacy_attributes_after_pow1(attrs, opset):
 # ------------------------------------------------------------------------------------------
 # opset
 # ------------------------------------------------------------------------------------------
-BAD_OPSETS = [0, -1, 1.5, "13", 13.0, -100]
+BAD_OPSET_VALUES = [0, -1, -100, np.int64(0), np.int32(-3)]
+BAD_OPSET_TYPES = ["13", 13.0, 1.5, True, False, np.float64(13.0), np.True_, [13], 13 + 0j]
 
 
-@pytest.mark.parametrize("opset", BAD_OPSETS, ids=repr)
-def test_bad_opset(opset):
+@pytest.mark.parametrize("opset", BAD_OPSET_VALUES, ids=repr)
+def test_opset_below_1_is_a_value_error(opset):
     a = np.ones((2, 2), F32)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="opset must be >= 1"):
         noo.matmul(a, a, opset=opset)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="opset must be >= 1"):
         noo.pow(a, a, opset=opset)
     for op in ("MatMul", "Pow"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="opset must be >= 1"):
             noo.resolve_version(op, opset)
+
+
+@pytest.mark.parametrize("opset", BAD_OPSET_TYPES, ids=repr)
+def test_opset_that_is_not_an_integer_is_a_type_error(opset):
+    """numpy's convention: a value of the wrong type is a TypeError (a bool is not an opset,
+    though Python counts it as an int), whatever its value."""
+    a = np.ones((2, 2), F32)
+    message = rf"opset must be an integer or None, got {type(opset).__name__} "
+    for _ in range(2):  # (no plan kept)
+        with pytest.raises(TypeError, match=message):
+            noo.matmul(a, a, opset=opset)
+        with pytest.raises(TypeError, match=message):
+            noo.pow(a, a, opset=opset)
+        with pytest.raises(TypeError, match=message):
+            noo.pow(a, 2.0, opset=opset)
+        for op in ("MatMul", "Pow"):
+            with pytest.raises(TypeError, match=message):
+                noo.resolve_version(op, opset)
+
+
+@pytest.mark.parametrize("kind", [np.int8, np.int64, np.uint8, np.uint64], ids=dtype_id)
+def test_numpy_integer_opsets_are_accepted(kind):
+    a = np.full((2, 2), 2, I32)
+    assert noo.matmul(a, a, opset=kind(9)).tolist() == [[8, 8], [8, 8]]
+    with pytest.raises(TypeError, match="MatMul-1"):
+        noo.matmul(a, a, opset=kind(8))
+    assert noo.pow(a, a, opset=kind(12)).tolist() == [[4, 4], [4, 4]]
+    with pytest.raises(TypeError, match="Pow-7"):
+        noo.pow(a, a, opset=kind(11))
+
+
+def test_opset_above_the_newest_known_is_refused():
+    """A later opset may define a new MatMul or Pow: it is refused on every call (a repeated
+    call would find a kept plan if the first one made one), naming it and the newest known."""
+    newest = noo.NEWEST_OPSET
+    a = np.ones((2, 2), F32)
+    for opset in (newest + 1, newest + 70, 2**63, np.int64(newest + 1), np.int64(2**63 - 1)):
+        message = rf"opset {opset} .*opset {newest}\b"
+        for _ in range(2):
+            with pytest.raises(ValueError, match=message):
+                noo.matmul(a, a, opset=opset)
+            with pytest.raises(ValueError, match=message):
+                noo.pow(a, a, opset=opset)
+            with pytest.raises(ValueError, match=message):
+                noo.pow(a, 2.0, opset=opset)
+            for op in ("MatMul", "Pow"):
+                with pytest.raises(ValueError, match=message):
+                    noo.resolve_version(op, opset)
+
+
+def test_the_newest_known_opset_runs():
+    a = np.full((2, 2), 2.0, F32)
+    assert noo.matmul(a, a, opset=noo.NEWEST_OPSET).tolist() == [[8.0, 8.0], [8.0, 8.0]]
+    assert noo.pow(a, a, opset=noo.NEWEST_OPSET).tolist() == [[4.0, 4.0], [4.0, 4.0]]
 
 
 # ------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """Operator versions and their type constraints: the one table every check reads.
 
 Each entry is copied from ONNX's operator pages (``docs/spec``): MatMul has versions 1, 9, 13;
-Pow has 1, 7, 12, 13, 15.  An opset resolves to the newest version whose ``since_version`` is at
-or below it.
+Pow has 1, 7, 12, 13, 15, as of opset ``NEWEST_OPSET``.  An opset resolves to the newest version
+whose ``since_version`` is at or below it; a later opset is refused, as it may define a new
+version of either operator.
 """
 
 from __future__ import annotations
@@ -48,6 +49,11 @@ def _allowed(*dtypes, bf16: bool = False) -> Allowed:
 _FLOATS = (_F16, _F32, _F64)
 _INTS_MATMUL = (_I32, _I64, _U32, _U64)
 _EXPONENTS = _FLOATS + (_I8, _I16, _I32, _I64, _U8, _U16, _U32, _U64)
+
+#: The newest default-domain opset whose MatMul and Pow versions the tables below hold (onnx
+#: 1.23's).  Raise it once ONNX's history of both operators up to the new opset is checked
+#: (``tests/test_versions.py`` compares the tables with the installed onnx's schemas).
+NEWEST_OPSET = 28
 
 # The tables the checks read (the public ones below hold the same dtypes).
 MATMUL_ALLOWED: dict[int, Allowed] = {
@@ -100,7 +106,8 @@ def resolve_version(op: str, opset: int | None = None) -> int:
     op : {"MatMul", "Pow"}
         The operator.
     opset : int, optional
-        The default-domain opset version; ``None`` means the newest version of ``op``.
+        The default-domain opset version, from 1 to ``NEWEST_OPSET``; ``None`` means the newest
+        version of ``op``.  A numpy integer is accepted.
 
     Returns
     -------
@@ -109,8 +116,11 @@ def resolve_version(op: str, opset: int | None = None) -> int:
 
     Raises
     ------
+    TypeError
+        If ``opset`` is not an integer (a ``str``, a ``float``, a ``bool``).
     ValueError
-        If ``op`` is unknown, or ``opset`` is not an integer >= 1.
+        If ``op`` is unknown, or ``opset`` is below 1 or above ``NEWEST_OPSET`` (a later opset
+        may define a new version of ``op``, which this package does not know).
     """
     try:
         versions = _TABLES[op]
@@ -118,8 +128,19 @@ def resolve_version(op: str, opset: int | None = None) -> int:
         raise ValueError(f"unknown operator {op!r}; expected one of {sorted(_TABLES)}") from None
     if opset is None:
         return max(versions)
-    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral) or opset < 1:
-        raise ValueError(f"{op}: opset must be an integer >= 1 or None, got {opset!r}")
+    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral):
+        # (numpy's convention: a value of the wrong type is a TypeError, a bad value of the
+        # right type a ValueError; a bool is an int to Python, not an opset)
+        raise TypeError(
+            f"{op}: opset must be an integer or None, got {type(opset).__name__} {opset!r}"
+        )
+    if opset < 1:
+        raise ValueError(f"{op}: opset must be >= 1, got {opset}")
+    if opset > NEWEST_OPSET:
+        raise ValueError(
+            f"{op}: opset {opset} is newer than opset {NEWEST_OPSET}, the newest this package "
+            f"knows; a later opset may define a new version of {op}"
+        )
     return max(v for v in versions if v <= opset)
 
 

@@ -17,6 +17,7 @@ from ...core.checks import dask_operand, finish, prepare_out
 from . import decisions, dispatch
 
 if TYPE_CHECKING:
+    import dask.array as da
     from numpy.typing import ArrayLike
 
 _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
@@ -24,7 +25,7 @@ _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
 
 def matmul(
     A: ArrayLike, B: ArrayLike, *, opset: int | None = None, out: np.ndarray | None = None
-) -> np.ndarray:
+) -> np.ndarray | da.Array:
     """Matrix product of ``A`` and ``B`` as ONNX MatMul defines it (numpy.matmul's rules).
 
     Parameters
@@ -37,8 +38,9 @@ def matmul(
         (checks made at the call; ``out`` is refused; the chunking is described in the
         README's dask section).
     opset : int, optional
-        Default-domain opset of the model; selects MatMul-1 (float16/32/64), MatMul-9 (adds
-        int32, int64, uint32, uint64) or MatMul-13 (adds bfloat16).  ``None``: the newest.
+        Default-domain opset of the model, from 1 to ``NEWEST_OPSET``; selects MatMul-1
+        (float16/32/64), MatMul-9 (adds int32, int64, uint32, uint64) or MatMul-13 (adds
+        bfloat16).  ``None``: the newest.
     out : numpy.ndarray, optional
         Array of the result's exact shape and dtype to fill and return.
 
@@ -46,16 +48,21 @@ def matmul(
     -------
     numpy.ndarray or dask.array.Array
         The product, of the operands' dtype.  Integers wrap modulo 2**bits; float16 and
-        bfloat16 accumulate in float32 and round once.
+        bfloat16 accumulate in float32 and round once.  Always an array: two 1-D operands
+        give a 0-d ``numpy.ndarray`` where ``numpy.matmul`` gives a scalar (an ONNX output is
+        a tensor).
 
     Raises
     ------
     TypeError
-        A dtype the version does not allow, an operand that is not an array of numbers, ``A``
-        and ``B`` of different dtypes, or ``out`` of the wrong dtype.
+        An ``opset`` that is not an integer; a dtype the version does not allow; an operand
+        that is not an array of numbers (``None``, a list holding ``None``) or is a masked
+        array; ``A`` and ``B`` of different dtypes; ``out`` that is not a ``numpy.ndarray`` or
+        is of the wrong dtype; ``out`` with a dask operand.
     ValueError
-        A bad ``opset``, a rank-0 operand, inner dimensions or batch shapes that do not match,
-        or ``out`` of the wrong shape.
+        An ``opset`` below 1 or above ``NEWEST_OPSET``; an operand numpy cannot make an array
+        of (a ragged list); a rank-0 operand; inner dimensions or batch shapes that do not
+        match; ``out`` of the wrong shape or read-only; a dask operand of unknown chunk sizes.
     """
     if (
         out is None

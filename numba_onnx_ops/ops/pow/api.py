@@ -17,6 +17,7 @@ from ...core.checks import dask_operand, finish, prepare_out
 from . import decisions, plan
 
 if TYPE_CHECKING:
+    import dask.array as da
     from numpy.typing import ArrayLike
 
 _PLANS = plans.cache()  # call key -> plan (``plan.make``)
@@ -30,7 +31,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
     broadcast: int | None = None,
     axis: int | None = None,
     out: np.ndarray | None = None,
-) -> np.ndarray:
+) -> np.ndarray | da.Array:
     """Elementwise ``X ** Y`` as ONNX Pow defines it.
 
     Parameters
@@ -44,7 +45,8 @@ def pow(  # noqa: A001 - the ONNX operator's name
         Python ``int``/``float`` is weakly typed: it takes ``X``'s dtype where the version
         needs one dtype, else becomes int64/float64 (an int outside int64 is an error).
     opset : int, optional
-        Default-domain opset of the model; selects Pow-1, 7, 12, 13 or 15.  ``None``: newest.
+        Default-domain opset of the model, from 1 to ``NEWEST_OPSET``; selects Pow-1, 7, 12,
+        13 or 15.  ``None``: the newest.
     broadcast, axis : int, optional
         Pow-1's legacy attributes.  ``broadcast=1`` lets ``Y`` be a one-element tensor or match
         a contiguous run of ``X``'s dimensions starting at ``axis`` (default: the trailing
@@ -68,19 +70,27 @@ def pow(  # noqa: A001 - the ONNX operator's name
         (C99 ``pow`` special values).  Integer bases: for ``y >= 0`` exact with wraparound
         (``0 ** 0 = 1``); for ``y < 0`` the truncated true value (0 for ``|x| >= 2``, and the
         dtype's minimum for ``0 ** y``); for a float ``y``, ``x ** y`` in float64 truncated
-        toward zero, the dtype's minimum where that is NaN, infinite or out of range.
+        toward zero, the dtype's minimum where that is NaN, infinite or out of range.  Always
+        an array: 0-d operands give a 0-d ``numpy.ndarray`` where ``numpy.power`` gives a
+        scalar (an ONNX output is a tensor).
 
     Raises
     ------
     TypeError
-        A dtype the version does not allow, an operand that is not an array of numbers,
-        ``X`` and ``Y`` of different dtypes at Pow-1/7, ``broadcast``/``axis`` at Pow-7 or
-        later, or ``out`` of the wrong dtype.
+        An ``opset`` that is not an integer; a dtype the version does not allow; an operand
+        that is not an array of numbers (``None``, a list holding ``None``) or is a masked
+        array; ``X`` and ``Y`` of different dtypes at Pow-1/7; ``broadcast``/``axis`` at Pow-7
+        or later; ``out`` that is not a ``numpy.ndarray`` or is of the wrong dtype; ``out``
+        with a dask operand.
     OverflowError
-        From Pow-12 on, a Python ``int`` operand outside int64.
+        A Python ``int`` operand outside int64 from Pow-12 on, or outside float64's range at
+        Pow-1/7.
     ValueError
-        A bad ``opset``, shapes that do not broadcast (under the version's rules), a bad
-        ``broadcast``/``axis`` value, or ``out`` of the wrong shape.
+        An ``opset`` below 1 or above ``NEWEST_OPSET``; an operand numpy cannot make an array
+        of (a ragged list); shapes that do not broadcast (under the version's rules); a
+        ``broadcast`` other than 0 or 1, or an ``axis`` that is not an integer or is out of
+        range, at Pow-1; ``out`` of the wrong shape or read-only; a dask operand of unknown
+        chunk sizes.
     """
     if (
         out is None
