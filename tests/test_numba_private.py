@@ -4,10 +4,12 @@ stale cached machine code or break a call; the kernels fall back to numba's plai
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 from pathlib import Path
 
 import numba
+import numpy as np
 import pytest
 from child import run_python
 from package_imports import MODULES, imported, tree
@@ -184,3 +186,60 @@ def test_helpers_refuse_calls_from_python():
         half.f16_to_f32(np.uint16(0x3C00))
     # called from compiled code, the same helper works
     assert numba.njit(lambda b: half.f16_to_f32(b))(np.uint16(0x3C00)) == 1.0
+
+
+CACHED_KERNEL = """
+from numba_onnx_ops.runtime.jit import kernel
+
+
+@kernel()
+def first_sum(x, y):
+    return x[0] + y[0]
+"""
+
+
+def _process_view(path: Path, name: str):
+    """``first_sum`` of the module at ``path`` as another process sees it: a dispatcher of its
+    own over the same source and the same on-disk cache."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.first_sum
+
+
+@pytest.mark.parametrize("other", [np.float32, np.int64], ids=["float32", "int64"])
+def test_a_cache_entry_of_another_signature_is_compiled_again(tmp_path, other):
+    """Two processes that save different signatures of one kernel at the same moment can leave
+    numba's cache index naming, for one signature, the data file of the other (numba reads the
+    index, adds its entry, writes it back, then writes the data, without a lock).  Replayed here
+    in one process, in that order: a process loading that signature later must compile it, not
+    run the other's machine code (a TypeError where the item sizes differ, float32 here; wrong
+    values where they agree, int64 read for uint64), and its save mends the entry."""
+    path = tmp_path / "cached_kernel.py"
+    path.write_text(CACHED_KERNEL)
+    x = np.ones(2)
+    y = np.full(2, 2**63 + 2048, np.uint64)
+    expected = 1.0 + float(2**63 + 2048)
+    first, second = _process_view(path, "first"), _process_view(path, "second")
+    first_index, second_index = first._cache._cache_file, second._cache._cache_file
+    write_data = first_index._save_data
+
+    def write_data_last(name, data):
+        # ``first`` has written the index; ``second`` read it before that, so both take the
+        # first data file, and ``second`` writes its data before ``first`` does.
+        second_index._load_index = dict
+        assert second(x, y) == expected
+        del second_index._load_index
+        write_data(name, data)
+
+    first_index._save_data = write_data_last
+    assert first(x, np.ones(2, other)) == 2.0
+    # the index names the uint64 signature alone, and its file holds the other's code
+    assert [key[0] for key in first_index._load_index()] == [second.signatures[0]]
+
+    later = _process_view(path, "later")
+    assert later(x, y) == expected
+    assert later.stats.cache_hits.total() == 0  # compiled
+    mended = _process_view(path, "mended")
+    assert mended(x, y) == expected
+    assert mended.stats.cache_hits.total() == 1  # loaded
