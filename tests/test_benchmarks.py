@@ -11,6 +11,7 @@ import math
 import subprocess
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -595,6 +596,17 @@ def test_bench_warns_when_the_machine_looks_busy(monkeypatch, tmp_path, capsys):
         assert ("WARNING: the machine looks busy" in out) == busy == bool(data["warnings"])
         assert ("WARNING: the machine looks busy" in err) == busy
         assert "machine limits before the cases: float32 FMA peak 116 GFLOP/s" in out
+
+
+def test_a_case_of_nan_results_runs_without_warnings():
+    # Fractional powers of negative bases are NaN by design, for numpy (a contender) and for
+    # the reference alike: every contender is checked and timed, and nothing warns.
+    case = _case("pow-negative-f32-e3.7")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = _bench.run_case(case, "tiny")
+    assert row.status[_bench.NUMPY] == "ok" and row.ours_ok, row.status
+    assert _bench.NUMPY in row.times
 
 
 def test_medians_come_with_the_spread_of_their_samples(tmp_path):

@@ -12,6 +12,7 @@ import json
 import subprocess
 import sys
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from oracles import (
     assert_same_values,
     dtype_id,
     is_int,
+    max_finite,
     random_array,
 )
 
@@ -224,6 +226,21 @@ def test_half_products_round_once_after_the_chunk_sum(dtype):
     exact = np.float32(2 + 10 * 2.0**-9)
     assert r.dtype == dtype
     assert r[0, 0] == exact.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16], ids=dtype_id)
+def test_chunk_sums_overflow_and_cancel_without_warnings(dtype):
+    """Finite partials whose sum overflows (row 0: in the sum, or for the half types in the
+    rounding of a float32 sum), and inf - inf across chunks (row 1): IEEE results, silently,
+    as in memory."""
+    # (float16: twice 60000 is finite in float32, beyond float16's range)
+    big = 60000.0 if dtype == F16 else float(max_finite(dtype))
+    a = np.array([[big, 0, big, 0], [np.inf, 0, -np.inf, 0]], dtype)
+    b = np.ones((4, 1), dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        r = compute_sync(nox.matmul(lazy(a, (2, 2)), lazy(b, (2, 1))))
+    assert_same_values(r, np.array([[np.inf], [np.nan]], dtype))
 
 
 def test_integer_chunk_sums_wrap_like_the_in_memory_product():

@@ -6,9 +6,11 @@ against a wider-precision product with the forward error bound of any summation 
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -280,6 +282,56 @@ def test_nan_and_inf_propagate(dtype, rng):
     a[2, 3] = 0  # inf * 0 = nan at [2, 4]
     a[3, 3] = -1  # -inf at [3, 4] unless another inf cancels
     assert_matmul_close(matmul_checked(a, b), a, b)
+
+
+def _overflow_and_invalid(dtype):
+    """``(a, b, a @ b)``: a product that overflows (row 0) and meets inf * 0 and inf - inf
+    (rows 1 and 2), with its IEEE result."""
+    big, inf, nan = np.finfo(dtype).max, np.inf, np.nan
+    a = np.array([[big, big], [inf, 1], [inf, -inf]], dtype)
+    b = np.array([[1, 0, 2], [1, 1, 1]], dtype)
+    expected = np.array([[inf, big, inf], [inf, nan, inf], [nan, nan, nan]], dtype)
+    return a, b, expected
+
+
+@pytest.mark.parametrize("path", ["blas", "own"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)
+def test_overflow_and_invalid_give_ieee_results_without_warnings(dtype, path, launches):
+    # Whichever path runs the product, as onnxruntime: no warning, no FloatingPointError.
+    a, b, expected = _overflow_and_invalid(dtype)
+    if path == "own":
+        b = np.repeat(b, 2, axis=1)[:, ::2]  # no axis of unit stride: not a layout BLAS takes
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        results = [noo.matmul(a, b), noo.matmul(a, b)]  # the plan made, then the plan kept
+        results.append(noo.matmul(a, b, out=np.empty((3, 3), dtype)))  # the general path
+        with np.errstate(all="raise"):
+            results += [noo.matmul(a, b), noo.matmul(a, b, out=np.empty((3, 3), dtype))]
+    for result in results:
+        assert_same_values(result, expected)
+    if path == "blas":
+        assert launches == ["blas"] * len(results)
+    else:
+        assert launches and "blas" not in launches
+
+
+def test_blas_products_of_many_threads_at_once_stay_silent(rng):
+    # numpy lets go of the GIL inside BLAS: products of other threads run meanwhile.
+    a = random_array(rng, (96, 96), F32)
+    b = random_array(rng, (96, 96), F32)
+    a[0, 0], b[0, 0] = np.inf, 0  # inf * 0 at [0, 0]; the rest of row 0: infinities
+
+    def products():
+        return [noo.matmul(a, b) for _ in range(50)]
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            runs = [pool.submit(products) for _ in range(4)]
+            results = [r for run in runs for r in run.result()]
+    assert len(results) == 200
+    for result in results:
+        assert_matmul_close(result, a, b)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=dtype_id)

@@ -245,12 +245,16 @@ def test_pow_python_scalar_exponent(x, y):
 def test_oracle_rounding_matches_numpy_casts(v):
     # numpy's float64 -> float32/float16 and ml_dtypes' -> bfloat16 casts round correctly
     for dtype in (F32, F16, BF16):
-        assert_same_values(round_to_format(v, dtype), v.astype(dtype))
+        # beyond the format's range: its infinities; a signaling NaN: a quiet one (by design)
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = v.astype(dtype)
+        assert_same_values(round_to_format(v, dtype), cast)
 
 
 @given(hnp.arrays(np.float32, 32, elements=st.floats(width=32, allow_nan=False)))
 def test_oracle_ulp_distance_of_neighbours(v):
-    up = np.nextafter(v, np.float32(np.inf))
+    with np.errstate(over="ignore"):  # the largest float's next one up is infinity
+        up = np.nextafter(v, np.float32(np.inf))
     d = ulp_distance(v, up)
     finite = np.isfinite(v) & np.isfinite(up) & (v != 0)
     assert (d[finite] == 1).all()

@@ -327,7 +327,8 @@ def test_non_native_byte_order():
 
 
 def test_matrix_subclass_gives_plain_ndarray():
-    m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    with pytest.warns(PendingDeprecationWarning, match="matrix subclass"):  # (on purpose)
+        m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
     r = nox.matmul(m, m)
     assert type(r) is np.ndarray
     np.testing.assert_array_equal(r, np.asarray(m) @ np.asarray(m))

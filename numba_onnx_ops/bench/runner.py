@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from numba.core import event
 
 from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
@@ -84,6 +85,15 @@ def numba_work() -> Iterator[dict[str, int]]:
     work["locked"] = sum(e.is_start for _, e in locks.buffer)
 
 
+def _quiet():
+    """numpy's floating-point errors ignored while the contenders run.  Some cases' results
+    are NaN by design (``BASES["negative"]``: fractional powers of negative bases), and numpy,
+    a contender, would warn on every call; whatever a contender computes is judged by the
+    check against the reference instead.  Entered around the first calls and the rounds,
+    never inside a timed call."""
+    return np.errstate(all="ignore")
+
+
 def quartiles(samples: Sequence[float]) -> tuple[float, float]:
     """The first and third quartiles of ``samples``."""
     if len(samples) < 2:
@@ -117,7 +127,7 @@ def run_case(
     for name in contenders:
         try:
             func = FACTORIES[name](case, a, b)
-            with numba_work() as work:
+            with numba_work() as work, _quiet():
                 t0 = time.perf_counter()
                 out = func()
                 row.first_call[name] = time.perf_counter() - t0
@@ -141,7 +151,8 @@ def run_case(
     if not funcs:
         return row
     # Not the first call, which for us may compile kernels or load them from the cache.
-    samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
+    with _quiet():
+        samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
     row.times = {name: statistics.median(s) for name, s in samples.items()}
     row.quartiles = {name: quartiles(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))

@@ -207,6 +207,22 @@ def _matmul_partial(compute, a, b, opset):
     return compute(a, b, opset=opset)[..., None, :, :]
 
 
+# The partial products' sums and the half types' rounding run in tasks of their own; like the
+# in-memory product they give IEEE results silently (overflow to inf, inf - inf to NaN), where
+# dask's ``sum`` and ``astype`` would report numpy's floating-point warnings from its tasks.
+
+
+def _add_partials(x, axis=None, dtype=None, keepdims=False):
+    """``numpy.sum`` of partial products (``dask.array.reduction``'s chunk and aggregate)."""
+    with np.errstate(all="ignore"):
+        return np.sum(x, axis=axis, dtype=dtype, keepdims=keepdims)
+
+
+def _round(x, to):
+    with np.errstate(all="ignore"):
+        return x.astype(to)
+
+
 def matmul(compute, A, B, *, opset=None, out=None):
     """``numba_onnx_ops.matmul`` when an operand is a dask array: a lazy dask array whose
     blocks are calls of ``compute`` (the in-memory ``matmul``, handed down by the entry point).
@@ -216,10 +232,10 @@ def matmul(compute, A, B, *, opset=None, out=None):
     the common refinement of ``A``'s column and ``B``'s row chunks (split at the boundaries of
     both), and so are batch dimensions that both have; nothing else is rechunked.  With one
     contraction chunk every output block is one in-memory product.  With several, each block
-    pair gives a partial product and the partials are added in a tree (``split_every`` of
-    dask's ``sum``): integers in their own dtype (wrapping modulo 2**bits, so the result is
-    exact), float32/float64 in their own dtype, float16/bfloat16 as float32 partials rounded
-    once at the end.
+    pair gives a partial product and the partials are added in a tree (a dask reduction, with
+    ``split_every`` as dask's ``sum``): integers in their own dtype (wrapping modulo 2**bits, so
+    the result is exact), float32/float64 in their own dtype, float16/bfloat16 as float32
+    partials rounded once at the end; IEEE results without floating-point warnings, as in memory.
     """
     label, a, b, a2, b2, batch, (m, k, n), shape = matmul_decisions.check(
         _standin(A), _standin(B), opset
@@ -265,7 +281,9 @@ def matmul(compute, A, B, *, opset=None, out=None):
         **extra,
     )
     if func is _matmul_partial:
-        result = result.sum(axis=nd - 2, dtype=acc).astype(dtype)  # half types: rounded once
+        result = da.reduction(result, _add_partials, _add_partials, axis=nd - 2, dtype=acc)
+        if acc != dtype:
+            result = result.map_blocks(_round, to=dtype, dtype=dtype)  # half types: rounded once
     if a.ndim == 1:
         result = result[..., 0, :] if b.ndim > 1 else result[..., 0]
     if b.ndim == 1:

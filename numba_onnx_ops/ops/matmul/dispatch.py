@@ -50,7 +50,8 @@ def make(A: np.ndarray, B: np.ndarray, opset):
         return lambda A, B: np.zeros(shape, dtype)
     if dtype in (_F32, _F64) and blas_wins(dtype, math.prod(batch), m, n, k, a2, b2):
         if shape and size * dtype.itemsize < tuning.POOL_MIN_BYTES:
-            return lambda A, B: blas.matmul(A, B)  # (with no result shape, numpy's is a scalar)
+            # (numpy allocates; with no result shape, numpy's is a scalar)
+            return blas.matmul
         return lambda A, B: blas.matmul(A, B, out=memory.empty(shape, dtype))
     step = _own_paths(a2, b2, batch, m, n, k)
     # (numpy's own allocation below the pool's sizes: ``memory.empty`` would decide that again)
