@@ -7,11 +7,14 @@ as a parameter: versions 1, 9 and 13 differ only in the dtypes they accept, not 
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from numba_onnx_ops import matmul
 
-from .common import MATMUL_DTYPES, random_array, seconds_per_call, shape
+from . import common
+from .common import MATMUL_DTYPES, dtype, random_array, seconds_per_call, shape
 
 
 def _operands(dtype: str, a_dims, b_dims) -> tuple[np.ndarray, np.ndarray]:
@@ -174,3 +177,109 @@ class MatMulSmall:
     def time_matmul_out(self, dtype, n):
         """With a preallocated ``out=``: the front layer without the allocation."""
         matmul(self.a, self.b, out=self.out)
+
+
+#: Products of inference, M x K x N for (M, K) @ (K, N), and a batch of 64 (128, 64) @ (64, 128)
+#: products: the shapes of the peer comparison's GEMM group (``bench --cases gemm``).
+INFERENCE = {
+    "32x256x256": ((32, 256), (256, 256)),
+    "64x128x64": ((64, 128), (128, 64)),
+    "128x512x512": ((128, 512), (512, 512)),
+    "8x1024x1024": ((8, 1024), (1024, 1024)),
+    "256x256x256": ((256, 256), (256, 256)),
+    "512x512x512": ((512, 512), (512, 512)),
+    "1024x1024x1024": ((1024, 1024), (1024, 1024)),
+    "64 x 128x64x128": ((64, 128, 64), (64, 64, 128)),
+}
+FLOAT_DTYPES = [name for name in MATMUL_DTYPES if dtype(name).kind in "fV"]  # V: bfloat16
+#: The contenders of the peer comparison (``numba_onnx_ops.bench.contenders``) that a GEMM
+#: is to beat: numpy (OpenBLAS), onnxruntime (MLAS) and torch (MKL, oneDNN).
+GEMM_CONTENDERS = ["numba_onnx_ops", "numpy", "onnxruntime", "torch"]
+
+
+class MatMulInferenceShapes:
+    """Float products of inference shapes on 1 and 2 threads, by each contender of the peer
+    comparison, built by its own factories (``numba_onnx_ops.bench.contenders``): torch and
+    onnxruntime where installed, skipped otherwise, as is a dtype a contender has no kernel for
+    (onnxruntime's bfloat16).  ``threads`` holds numba's pool, onnxruntime's session, torch and
+    numpy's BLAS (through threadpoolctl; without it, BLAS keeps ``OPENBLAS_NUM_THREADS``, which
+    asv.conf.json pins to 2, and so do this library's products that go to it).  numpy's float16
+    product is its scalar loop: seconds a call at 1024^3."""
+
+    params = (list(INFERENCE), FLOAT_DTYPES, [1, 2], GEMM_CONTENDERS)
+    param_names = ("shape", "dtype", "threads", "contender")
+    timeout = 300
+
+    def setup(self, shape_name, dtype_name, threads, contender):
+        try:
+            from numba_onnx_ops.bench.cases import Case
+            from numba_onnx_ops.bench.contenders import (
+                FACTORIES,
+                Unavailable,
+                contender_threads,
+            )
+        except ImportError as exc:
+            raise NotImplementedError(f"no peer comparison here: {exc}") from None  # asv: skip
+        if contender not in FACTORIES:
+            raise NotImplementedError(f"no {contender} contender")
+        self.a, self.b = _operands(dtype_name, *INFERENCE[shape_name])
+        case = Case(shape_name, "MatMul", (dtype_name,) * 2, (self.a.shape, self.b.shape), 1.0)
+        self.flop = case.flop()
+        self._threads = contextlib.ExitStack()
+        try:
+            self._threads.enter_context(contender_threads(threads))
+            self.call = FACTORIES[contender](case, self.a, self.b)
+        except (ValueError, Unavailable) as exc:  # more threads than numba's pool; no kernel
+            self._threads.close()
+            raise NotImplementedError(str(exc)) from None
+        self.call()  # warm-up: compiles, builds the session, wakes the thread pools
+
+    def teardown(self, *params):
+        self._threads.close()  # numba's and the BLAS's thread counts back
+
+    # GFLOP/s alone, no time_ twin: the grid is large (each combination a fresh interpreter in
+    # asv), and a GEMM is read by its rate against the FMA peak (FmaPeak).
+    def track_gflops(self, shape_name, dtype_name, threads, contender):
+        """Throughput in GFLOP/s, two operations per multiply-add."""
+        return self.flop / seconds_per_call(self.call) / 1e9
+
+    track_gflops.unit = "GFLOP/s"
+
+
+class FmaPeak:
+    """The float32 fused multiply-add peak of this machine on 1 and 2 threads (registers only,
+    as ``bench`` measures it: ``numba_onnx_ops.bench.limits``): the bound that
+    ``MatMulInferenceShapes.track_gflops`` is read against (float64 peaks at half of it)."""
+
+    params = [1, 2]
+    param_names = ("threads",)
+
+    def setup(self, threads):
+        try:
+            import numba
+
+            from numba_onnx_ops.bench.limits import fma_peak
+        except ImportError as exc:
+            raise NotImplementedError(f"no machine limits here: {exc}") from None  # asv: skip
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            raise NotImplementedError(f"{threads} threads: more than numba's pool")
+        self.fma_peak = fma_peak
+        if self._peak(threads, seconds=1e-3, runs=1) is None:  # warm-up: compiles the chains
+            raise NotImplementedError("no AVX2 and FMA here")
+
+    def _peak(self, threads, seconds, runs):
+        import numba
+
+        saved = numba.get_num_threads()
+        numba.set_num_threads(threads)
+        try:
+            return self.fma_peak(seconds=seconds, runs=runs)
+        finally:
+            numba.set_num_threads(saved)
+
+    def track_gflops(self, threads):
+        """GFLOP/s of float32 FMAs on ``threads`` threads, each on registers only."""
+        seconds, runs = (1e-3, 1) if common.TINY else (0.05, 5)
+        return self._peak(threads, seconds, runs)["gflops_all_threads"]
+
+    track_gflops.unit = "GFLOP/s"

@@ -2,7 +2,8 @@
 
 With no command it runs the main job: a short demonstration of both operators followed by a
 short peer comparison (well under a minute, compilation included).  ``bench`` runs the full
-comparison against numpy and onnxruntime; see ``python -m numba_onnx_ops bench --help``.
+comparison against numpy, onnxruntime and, where installed, PyTorch; see
+``python -m numba_onnx_ops bench --help``.
 """
 
 from __future__ import annotations
@@ -71,15 +72,19 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     bench = commands.add_parser(
         "bench",
-        help="compare the speed with numpy and onnxruntime",
-        description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types) "
-        "and onnxruntime (when installed) side by side on MatMul and Pow cases and small "
-        "models (also in onnx's ReferenceEvaluator, against the evaluator alone): results are "
-        "checked to agree first, then the contenders are timed interleaved; the table gives "
-        "medians, the spread of each (± half the interquartile range of its samples) and "
-        "speed-up = best peer's median / ours. The machine's limits, measured before and after "
-        "the cases, come with a warning when they show that other programs took the machine "
-        "meanwhile. Progress goes to stderr, the table to stdout.",
+        help="compare the speed with numpy, onnxruntime and PyTorch",
+        description="Time numba_onnx_ops, numpy (also with a float32 upcast for the half types), "
+        "onnxruntime (when installed) and PyTorch (torch.matmul, torch.pow; when installed, "
+        f"never by this package: {_bench.TORCH_INSTALL}) side by side on MatMul and Pow cases "
+        "and small models (also in onnx's ReferenceEvaluator, against the evaluator alone), "
+        "every contender on the same threads: results are checked to agree first, then the "
+        "contenders are timed interleaved; the table gives medians, the spread of each (± half "
+        "the interquartile range of its samples) and speed-up = best peer's median / ours. The "
+        "GEMM group, float products of inference shapes on 1 and 2 threads with their GFLOP/s "
+        "beside the machine's FMA peak, runs only when named: --cases gemm. The machine's "
+        "limits, measured before and after the cases, come with a warning when they show that "
+        "other programs took the machine meanwhile. Progress goes to stderr, the table to "
+        "stdout.",
         epilog=EXIT_STATUS,
     )
     size = bench.add_mutually_exclusive_group()
@@ -110,8 +115,8 @@ def _parser() -> argparse.ArgumentParser:
         nargs="+",
         metavar="PATTERN",
         help="run only the cases named, or whose name matches a glob or contains the text "
-        "(e.g. 'matmul-*' or pow-f16); --list shows the names (first-call targets: with "
-        "--targets)",
+        "(e.g. 'matmul-*' or pow-f16; gemm: the GEMM group, left out otherwise; '*': every "
+        "case); --list shows the names (first-call targets: with --targets)",
     )
     bench.add_argument("--list", action="store_true", help="list the cases and exit")
     # size: both --quick and --size write it; parser: usage errors show the bench command's usage
@@ -145,16 +150,16 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
             what = "is a first-call target" if len(names) == 1 else "are first-call targets"
             parser.error(f"--cases {pattern}: {', '.join(names)} {what}: {why}")
     if args.list:
-        lines = [(c.name, c.label(), f"target >= {c.target:.3g}") for c in cases]
-        lines += [
+        listed = cases if args.cases else _bench.CASES  # the groups too: all there is to name
+        lines = [(c.name, c.label(), _list_notes(c, args.targets)) for c in listed]
+        lines += [  # (first-call targets are listed with --targets only)
             (f.name, f"first call, {f.label}", f"target <= {f.limit:g} s")
             for f in first_calls_selected
         ]
         name_width = max(len(name) for name, _, _ in lines)
         label_width = max(len(label) for _, label, _ in lines)
-        for name, label, target in lines:
-            line = f"{name:{name_width}}  {label:{label_width}}  {target if args.targets else ''}"
-            print(line.rstrip())
+        for name, label, notes in lines:
+            print(f"{name:{name_width}}  {label:{label_width}}  {notes}".rstrip())
         return OK
     # Every output is checked now, not after minutes of timing.
     for option, path in (("--csv", args.csv), ("--json", args.json), ("--plot", args.plot)):
@@ -177,7 +182,8 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         say("measuring the machine's limits before the cases")
         env["limits_before"] = _bench.measure_limits()
     start = time.perf_counter()
-    rows = _bench.run_comparison(cases, args.size, progress=say)
+    contenders = _bench.available_contenders()
+    rows = _bench.run_comparison(cases, args.size, contenders, progress=say)
     spreads, first_calls = {}, {}
     if args.targets and timed:
         spreads = _bench.run_spreads(rows, progress=say)
@@ -219,7 +225,10 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
     print(f"speed-up = best peer's median / ours (> 1: numba_onnx_ops is faster); `{command}`")
     print()
     if rows:  # (none when the patterns name first-call targets only)
-        print(_bench.format_table(rows, targets=args.targets))
+        print(_bench.format_table(rows, contenders, targets=args.targets))
+    limits = [env["limits_before"], env["limits"]] if timed else []
+    if gemm := _bench.format_gflops_table(rows, limits, contenders):
+        print(f"\nGEMM rows, GFLOP/s\n\n{gemm}")
     for line in _bench.spread_lines(spreads) + _bench.first_call_lines(first_calls):
         print(line)
     where = "the row's case" + (", or a first call's, in parentheses" if first_calls else "")
@@ -229,7 +238,16 @@ def _bench_command(parser: argparse.ArgumentParser, args: argparse.Namespace, co
         say(_busy_warning(warnings))
     if failure:
         return _cannot_run(parser, failure)
-    return OK if all(row.ours_ok for row in rows) else DISAGREE
+    return OK if all(row.ours_ok or row.too_few_threads for row in rows) else DISAGREE
+
+
+def _list_notes(case: _bench.Case, targets: bool) -> str:
+    """The last column of ``--list``: the target (with ``--targets``), and the group that
+    leaves the case out of a run without ``--cases``."""
+    notes = [f"target >= {case.target:.3g}"] if targets else []
+    if case.group:
+        notes.append(f"(group {case.group}: --cases {case.group})")
+    return "  ".join(notes)
 
 
 def _rerun_command(args: argparse.Namespace, name: str) -> str:
@@ -294,9 +312,10 @@ def demo() -> int:
 
     print("\n3. Short peer comparison (python -m numba_onnx_ops bench runs all the cases)")
     cases = _bench.select_cases(list(_bench.DEMO_CASES))
-    rows = _bench.run_comparison(cases, "quick", progress=lambda msg: print(msg, flush=True))
+    contenders = _bench.MAIN_CONTENDERS
+    rows = _bench.run_comparison(cases, "quick", contenders, lambda msg: print(msg, flush=True))
     print()
-    print(_bench.format_table(rows))
+    print(_bench.format_table(rows, contenders))
     ok &= all(row.ours_ok for row in rows)
     print(f"\ndone in {time.perf_counter() - start:.1f} s" + ("" if ok else "; RESULTS DISAGREE"))
     return OK if ok else DISAGREE

@@ -4,6 +4,7 @@ parameters at a tiny size, and the peer comparison runs end to end (and catches 
 from __future__ import annotations
 
 import csv
+import importlib.util
 import inspect
 import itertools
 import json
@@ -11,6 +12,7 @@ import math
 import subprocess
 import sys
 import time
+import types
 import warnings
 from collections import Counter
 from pathlib import Path
@@ -95,6 +97,8 @@ def test_suite_has_a_class_per_kind_of_call():
         "ModelMatMulPowMatMul",
         "PowHereOrPool",
         "MatMulHereOrPool",
+        "MatMulInferenceShapes",
+        "FmaPeak",
     }
     for cls in CLASSES:
         if getattr(cls, "params", None):
@@ -163,7 +167,8 @@ def test_every_timeraw_benchmark_runs_in_a_fresh_process(cls):
 
 def test_bench_command_runs_every_case(tmp_path, capsys):
     files = {ext: tmp_path / f"bench.{ext}" for ext in ("csv", "json", "png")}
-    args = ["bench", "--size", "tiny", "--csv", str(files["csv"]), "--json", str(files["json"])]
+    args = ["bench", "--size", "tiny", "--cases", "*"]  # '*': the groups' cases too
+    args += ["--csv", str(files["csv"]), "--json", str(files["json"])]
     plotting = _bench.check_plot_available() is None
     if plotting:
         args += ["--plot", str(files["png"])]
@@ -174,8 +179,15 @@ def test_bench_command_runs_every_case(tmp_path, capsys):
     with open(files["csv"]) as f:
         rows = list(csv.DictReader(f))
     assert [row["case"] for row in rows] == [case.name for case in _bench.CASES]
-    assert all(row["numba_onnx_ops_status"] == "ok" for row in rows)
-    assert all(float(row["numba_onnx_ops_s"]) > 0 and float(row["speed_up"]) > 0 for row in rows)
+    import numba
+
+    # (a case on more threads than numba's pool has runs nothing, and says so)
+    fits = [row for row in rows if int(row["threads"] or 1) <= numba.config.NUMBA_NUM_THREADS]
+    assert all(row["numba_onnx_ops_status"] == "ok" for row in fits)
+    assert all(float(row["numba_onnx_ops_s"]) > 0 and float(row["speed_up"]) > 0 for row in fits)
+    for row in rows:
+        if row not in fits:
+            assert row["numba_onnx_ops_status"].startswith("n/a: needs"), row
     data = json.loads(files["json"].read_text())
     assert data["environment"]["threads"] >= 1 and len(data["rows"]) == len(_bench.CASES)
     if plotting:
@@ -238,7 +250,7 @@ def test_cases_hold_this_cpus_targets():
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 57
+    assert len(names) == len(_bench.CASES) == 57 + 26  # 26: the GEMM group
     assert set(_bench.DEMO_CASES) <= names
     assert {c.op for c in _bench.CASES} == {"MatMul", "Pow", "Model"}
     assert {c.runtime for c in _bench.CASES if c.op == "Model"} == set(_bench.MODEL_RUNTIMES)
@@ -394,7 +406,7 @@ def test_evaluator_cases_time_the_evaluator_with_our_ops_against_it_alone(launch
         runs[name] = (_bench.check(case, x, weights, out), list(launches))
     assert runs[_bench.OURS][0] is None and "pow_square" in runs[_bench.OURS][1]
     assert runs[_bench.NUMPY] == (None, [])  # the evaluator alone: none of our kernels
-    assert runs[_bench.UPCAST] == runs[_bench.ORT] == "-"
+    assert runs[_bench.UPCAST] == runs[_bench.ORT] == runs[_bench.TORCH] == "-"
     table = _bench.format_table([_bench.Row(case, "tiny")])
     assert "ReferenceEvaluator |" in table and "numpy is the same evaluator alone" in table
 
@@ -623,3 +635,316 @@ def test_medians_come_with_the_spread_of_their_samples(tmp_path):
     _bench.write_json([row], tmp_path / "b.json", {})
     (saved,) = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert saved["numba_onnx_ops_q1_s"] == 0.9e-3
+
+
+# --------------------------------------------------------------------------------------------
+# torch as an optional peer, every contender on a case's threads, and the GEMM group
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed (optional peer)")
+
+
+class _FakeTensor:
+    """A stand-in for a torch tensor: a numpy array, for the plumbing around torch's calls."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    dtype = property(lambda self: self.array.dtype)
+    ndim = property(lambda self: self.array.ndim)
+
+    def reshape(self, *shape):
+        return _FakeTensor(self.array.reshape(*shape))
+
+    def __getitem__(self, index):
+        return _FakeTensor(self.array[index])
+
+    def to(self, dtype):
+        return _FakeTensor(self.array.astype(dtype))
+
+    def numpy(self):
+        return self.array
+
+
+_FakeTensor.__module__ = "torch"  # what as_array tells a torch result by
+
+
+def _fake_torch(calls: list, kernels: tuple[str, ...] = ("float32",)) -> types.ModuleType:
+    """A module that stands in for torch: float32 kernels only, each call logged in ``calls``."""
+    torch = types.ModuleType("torch")
+    torch.Tensor, torch.bfloat16, torch.int16 = _FakeTensor, object(), np.int16
+
+    def from_numpy(x):
+        calls.append("from_numpy")
+        return _FakeTensor(x)
+
+    def kernel(name, func):
+        def call(x, y):
+            calls.append(name)
+            if x.dtype.name not in kernels:
+                raise NotImplementedError(f'"{name}" not implemented for {x.dtype}')
+            return _FakeTensor(func(x.array, y.array if isinstance(y, _FakeTensor) else y))
+
+        return call
+
+    torch.from_numpy = from_numpy
+    torch.matmul, torch.pow = kernel("matmul", np.matmul), kernel("pow", np.power)
+    torch.set_num_threads = lambda count: calls.append(("threads", count))
+    return torch
+
+
+def _gemm_case(threads: int = 1, dtype: str = "float32") -> _bench.Case:
+    return _bench.Case(
+        f"gemm-x-{threads}t", "MatMul", (dtype, dtype), ((7, 5), (5, 3)), 1.0, threads=threads,
+        group=_bench.GEMM,
+    )  # fmt: skip
+
+
+def test_torch_contender_converts_once_and_runs_on_the_cases_threads(monkeypatch):
+    """The tensors are made once, before the first call; torch takes the case's thread count;
+    each sample is a block of several calls back to back; the result is checked and timed."""
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(calls))
+    row = _bench.run_case(_gemm_case(threads=1), "tiny", (_bench.OURS, _bench.TORCH))
+    assert row.status[_bench.TORCH] == "ok" and _bench.TORCH in row.times
+    assert calls[:3] == [("threads", 1), "from_numpy", "from_numpy"]
+    assert set(calls[3:]) == {"matmul"}  # no conversion after the first call
+    fewest = _bench.contenders.MIN_CALLS_PER_SAMPLE[_bench.TORCH]
+    assert fewest > 1
+    rounds = _bench.TIMINGS["tiny"].max_rounds
+    # the probe, the first call, three for the estimate, then every round's block
+    assert len(calls) - 3 == 1 + 1 + 3 + rounds * fewest
+
+
+def test_torch_contender_without_a_kernel_or_torch_is_not_available(monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(calls))
+    row = _bench.run_case(_gemm_case(dtype="int32"), "tiny", (_bench.OURS, _bench.TORCH))
+    assert row.status[_bench.TORCH].startswith("n/a: no MatMul(int32, int32) kernel in torch")
+    assert _bench.TORCH not in row.times and row.ours_ok
+    monkeypatch.setitem(sys.modules, "torch", None)  # as where it is not installed
+    row = _bench.run_case(_gemm_case(), "tiny", (_bench.OURS, _bench.TORCH))
+    assert row.status[_bench.TORCH] == "n/a: not installed (torch)"
+
+
+def test_torch_takes_part_only_where_installed(monkeypatch):
+    from numba_onnx_ops.bench import contenders
+
+    monkeypatch.setattr(contenders.importlib.util, "find_spec", lambda name: None)
+    assert _bench.TORCH not in _bench.available_contenders()
+    assert _bench.available_contenders() == _bench.MAIN_CONTENDERS
+    assert _bench.TORCH in _bench.PEERS  # a peer where it runs: the best peer may be torch
+    row = _bench.Row(_case("matmul-f32-256"), "full", times={_bench.OURS: 2.0, _bench.TORCH: 1.0})
+    assert row.best_peer == (_bench.TORCH, 1.0) and row.ratio == 0.5
+
+
+def test_the_main_job_leaves_torch_out(monkeypatch, capsys):
+    """The main job stays short: torch, whose import alone takes seconds, is not compared."""
+    from numba_onnx_ops import __main__ as cli
+
+    seen = []
+    monkeypatch.setattr(_bench, "run_comparison", lambda cases, size, contenders, progress:
+                        seen.append(contenders) or [])  # fmt: skip
+    assert cli.demo() == 0
+    assert seen == [_bench.MAIN_CONTENDERS] and _bench.TORCH not in _bench.MAIN_CONTENDERS
+    assert "torch" not in capsys.readouterr().out.split("3. Short peer comparison")[1]
+
+
+@needs_torch
+@pytest.mark.parametrize(
+    ("name", "status"),
+    [
+        ("matmul-f16-1024", "ok"),
+        ("matmul-bf16-1024", "ok"),
+        ("matmul-i64-512", "ok"),
+        ("matmul-u32-512", "n/a: no MatMul(uint32, uint32) kernel in torch"),
+        ("matmul-f32-bcast8x8x256", "ok"),
+        ("gemm-bf16-batch64x128x64x128-1t", "ok"),
+        ("pow-f32-row", "ok"),
+        ("pow-bf16-f32e3.7", "ok"),
+        ("call-pow16-i32-e3", "ok"),
+        ("model-f32-b1-w64", "-"),
+    ],
+)
+def test_torch_results_are_checked_like_every_other_contenders(name, status):
+    row = _bench.run_case(_case(name), "tiny", (_bench.OURS, _bench.TORCH))
+    assert row.status[_bench.TORCH].startswith(status), row.status
+    assert (_bench.TORCH in row.times) == (status == "ok")
+
+
+@needs_torch
+def test_torch_tensors_share_the_inputs_memory_bfloat16_through_its_bits():
+    import torch
+
+    from numba_onnx_ops.bench.contenders import _torch_tensor, as_array
+
+    x = np.array([[1.5, -2.0], [3.0, 0.25]], dtype=_bench.cases.BFLOAT16)
+    t = _torch_tensor(torch, x)
+    assert t.dtype == torch.bfloat16 and t.tolist() == x.astype(np.float32).tolist()
+    back = as_array(t)
+    assert back.dtype == x.dtype and np.shares_memory(back, x)
+    with _bench.contender_threads(1):
+        _bench.contenders.FACTORIES[_bench.TORCH](_case("matmul-f32-256"), x, x)
+        assert torch.get_num_threads() == 1
+
+
+def test_contender_threads_hold_numba_and_numpys_blas(monkeypatch):
+    import numba
+
+    saved = numba.get_num_threads()
+    try:
+        import threadpoolctl
+    except ImportError:
+        threadpoolctl = None
+    with _bench.contender_threads(1) as limited:
+        assert numba.get_num_threads() == 1
+        assert limited == (threadpoolctl is not None)
+        if threadpoolctl is not None:
+            blas = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+                    if i["user_api"] == "blas"]  # fmt: skip
+            assert blas and set(blas) == {1}
+    assert numba.get_num_threads() == saved
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)  # as where it is not installed
+    with _bench.contender_threads(1) as limited:
+        assert numba.get_num_threads() == 1 and limited is False
+    assert numba.get_num_threads() == saved
+
+
+def test_a_case_runs_every_contender_on_its_threads(monkeypatch):
+    """Each factory is built, and each call made, with numba's pool (whose count onnxruntime's
+    session and torch take) on the case's threads; the row says whether the BLAS was held."""
+    import numba
+
+    seen = []
+
+    def spy(name):
+        def factory(case, a, b):
+            seen.append((name, "built", numba.get_num_threads()))
+
+            def call():
+                seen.append((name, "call", numba.get_num_threads()))
+                return np.matmul(a, b)
+
+            return call
+
+        return factory
+
+    for name in (_bench.OURS, _bench.NUMPY):
+        monkeypatch.setitem(runner.FACTORIES, name, spy(name))
+    row = _bench.run_case(_gemm_case(threads=1), "tiny", (_bench.OURS, _bench.NUMPY))
+    assert row.ours_ok and {threads for *_, threads in seen} == {1}
+    assert row.blas_limited is not None and row.case.threads == 1
+    monkeypatch.setitem(sys.modules, "threadpoolctl", None)
+    row = _bench.run_case(_gemm_case(threads=1), "tiny", (_bench.OURS, _bench.NUMPY))
+    assert row.blas_limited is False
+    assert "numpy's BLAS kept its own thread count" in _bench.format_table([row])
+    assert "BLAS" not in _bench.format_table([_bench.run_case(_case("matmul-f32-4x4"), "tiny")])
+
+
+def test_a_case_on_more_threads_than_numbas_pool_runs_nothing(monkeypatch):
+    import numba
+
+    monkeypatch.setattr(numba.config, "NUMBA_NUM_THREADS", 1)
+    monkeypatch.setitem(runner.FACTORIES, _bench.OURS, lambda *args: pytest.fail("ran"))
+    row = _bench.run_case(_gemm_case(threads=2), "tiny", (_bench.OURS, _bench.NUMPY))
+    assert row.too_few_threads and not row.times
+    assert set(row.status.values()) == {"n/a: needs 2 threads, numba's pool has 1"}
+
+
+def test_samples_hold_at_least_the_fewest_calls_asked():
+    calls = Counter()
+    funcs = {name: (lambda name=name: calls.update([name])) for name in "ab"}
+    timing = _bench.Timing(min_rounds=3, max_rounds=3, budget_s=0.0, min_sample_s=0.0,
+                           settle_s=0.0, min_pause_s=0.0)  # fmt: skip
+    _bench.time_interleaved(funcs, dict.fromkeys("ab", 1.0), timing, {"a": 4})
+    assert calls == {"a": 3 * 4, "b": 3}
+
+
+def test_the_gemm_group_runs_only_when_named():
+    gemm = _bench.select_cases(["gemm"])
+    assert len(gemm) == 26 and all(case.group == _bench.GEMM for case in gemm)
+    assert [case.threads for case in gemm] == [1, 2] * 13
+    assert {case.op for case in gemm} == {"MatMul"}
+    assert {case.dtypes[0] for case in gemm} == {"float32", "float64", "float16", "bfloat16"}
+    default = _bench.select_cases(None)
+    assert default == [case for case in _bench.CASES if case.group is None]
+    assert not set(default) & set(gemm) and len(default) + len(gemm) == len(_bench.CASES)
+    assert _bench.select_cases(["*"]) == list(_bench.CASES)
+    (case,) = _bench.select_cases(["gemm-bf16-batch64x128x64x128-2t"])
+    assert case.shapes == ((64, 128, 64), (64, 64, 128)) and case.threads == 2
+    assert case.label() == "bfloat16 (64,128,64) @ (64,64,128), 2 threads"
+    with pytest.raises(ValueError, match="a group is one of"):
+        _bench.Case("x", "MatMul", ("float32",) * 2, ((2, 2), (2, 2)), 1.0, group="nothing")
+
+
+@pytest.mark.parametrize(
+    ("name", "flop"),
+    [
+        ("gemm-f32-32x256x256-1t", 2 * 32 * 256 * 256),
+        ("gemm-f32-64x128x64-2t", 2 * 64 * 128 * 64),
+        ("gemm-bf16-batch64x128x64x128-1t", 2 * 64 * 128 * 64 * 128),
+        ("matmul-f32-bcast8x8x256", 2 * 64 * 256**3),
+        ("matmul-f32-matvec4096", 2 * 4096 * 4096),
+        ("matmul-f32-vecmat4096", 2 * 4096 * 4096),
+        ("pow-f32-e3.7", None),
+    ],
+)
+def test_flop_counts_two_per_multiply_add(name, flop):
+    assert _case(name).flop() == flop
+
+
+def _limits_with_peak(one: float, every: float, threads: int = 2) -> dict:
+    peak = {"threads": threads, "cores": 2, "gflops_one_thread": one, "gflops_all_threads": every}
+    return {"fma_peak": peak, "copy": {"bytes": 4e7, "seconds": 3e-3, "gbps": 27.0}}
+
+
+def test_gemm_rows_show_gflops_beside_the_fma_peak_of_their_threads():
+    ours, torch = _bench.OURS, _bench.TORCH
+    one, two = _case("gemm-f32-256-1t"), _case("gemm-f32-256-2t")
+    flop = 2 * 256**3
+    rows = [
+        _bench.Row(one, "full", times={ours: flop / 30e9, torch: flop / 45e9}),
+        _bench.Row(two, "full", times={ours: flop / 100e9}),
+        _bench.Row(_case("matmul-f32-256"), "full", times={ours: 1e-3}),  # not of the group
+    ]
+    limits = [_limits_with_peak(58, 110), _limits_with_peak(60, 120)]  # the higher counts
+    table = _bench.format_gflops_table(rows, limits, (ours, _bench.NUMPY, torch))
+    lines = table.splitlines()
+    header = [cell.strip() for cell in lines[0].split("|")[1:-1]]
+    assert header == ["case", "threads", "FMA peak", ours, "torch"]  # numpy: no times, no column
+    assert "| gemm-f32-256-1t | 1       | 60       | 30 (50%)       | 45 (75%) |" in lines
+    assert "| gemm-f32-256-2t | 2       | 120      | 100 (83%)      | -        |" in lines
+    assert "matmul-f32-256" not in table and "share of the FMA peak column" in table
+    # no peak measured (--size tiny), or on other thread counts: the GFLOP/s alone
+    assert "| -        | 30             |" in _bench.format_gflops_table(rows[:1], [], (ours,))
+    three = [_limits_with_peak(60, 170, threads=3)]
+    assert "| 2       | -        | 100 " in _bench.format_gflops_table(rows[1:2], three, (ours,))
+    assert _bench.format_gflops_table(rows[2:], limits) == ""
+    record = _bench.row_record(rows[0])
+    assert record["flop"] == flop and record["threads"] == 1
+    assert record[f"{ours}_gflops"] == pytest.approx(30) and record["numpy_gflops"] is None
+
+
+def test_bench_prints_the_gemm_rows_gflops_after_the_table(monkeypatch, capsys):
+    ok = {_bench.OURS: "ok", _bench.NUMPY: "ok"}
+    flop = 2 * 256**3
+
+    def rows(cases, size, contenders, progress):
+        return [_bench.Row(c, size, times=dict.fromkeys(ok, flop / 30e9), status=ok) for c in cases]
+
+    monkeypatch.setattr(_bench, "measure_limits", lambda: _limits_with_peak(60, 120))
+    monkeypatch.setattr(_bench, "run_comparison", rows)
+    assert main(["bench", "--quick", "--cases", "gemm-f32-256-1t", "matmul-f32-4x4"]) == 0
+    out = capsys.readouterr().out
+    table, gemm = out.split("GEMM rows, GFLOP/s")
+    assert "| gemm-f32-256-1t " in table and "| matmul-f32-4x4 " in table
+    assert "| gemm-f32-256-1t | 1       | 60       | 30 (50%)" in gemm
+    assert "matmul-f32-4x4" not in gemm
+
+
+def test_environment_names_torch_where_installed():
+    env = _bench.environment()
+    assert (env["torch"] is not None) == HAS_TORCH
+    line = _bench.environment_line({**env, "torch": "9.9.9+cpu"})
+    assert "onnxruntime " in line and ", torch 9.9.9+cpu;" in line
+    assert "torch" not in _bench.environment_line({**env, "torch": None})

@@ -280,6 +280,30 @@ def test_bench_list_aligns_its_columns_to_the_longest_entries():
     assert len(starts) == 1 and len(targets) == 1, (starts, targets)
 
 
+def test_bench_help_says_how_to_get_the_optional_torch_peer():
+    text = " ".join(cli("bench", "--help").stdout.split())
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    assert "a plain pip install torch can pull a CUDA build of several GB" in text
+    assert "runs only when named: --cases gemm" in text
+
+
+def test_bench_without_torch_has_no_torch_column():
+    done = cli("bench", "--size", "tiny", "--cases", "matmul-f32-4x4", without=("torch",))
+    assert done.returncode == 0, done.stderr
+    (header,) = [line for line in done.stdout.splitlines() if line.startswith("| case ")]
+    assert "| onnxruntime " in header and "torch" not in header
+
+
+def test_bench_list_names_the_groups_cases_and_how_to_run_them():
+    done = cli("bench", "--list")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    gemm = [line for line in lines if line.startswith("gemm-")]
+    assert len(gemm) == 26 and all(line.endswith("(group gemm: --cases gemm)") for line in gemm)
+    assert not any("group" in line for line in lines if not line.startswith("gemm-"))
+    assert "gemm-f32-1024-1t" in cli("bench", "--list", "--cases", "gemm-f32-1024").stdout
+
+
 def test_bench_names_the_command_that_runs_a_row_again(monkeypatch, capsys):
     """The report ends with the command that runs one of its rows again, with the flags the row
     needs (--targets for a first call), and that command runs that row alone, even where other
@@ -289,7 +313,7 @@ def test_bench_names_the_command_that_runs_a_row_again(monkeypatch, capsys):
     ran = []  # nothing is timed: rows, first calls and limits are made up
     ok = {_bench.OURS: "ok", _bench.NUMPY: "ok"}
 
-    def rows(cases, size, progress):
+    def rows(cases, size, contenders, progress):
         ran.extend(case.name for case in cases)
         return [_bench.Row(case, size, times=dict.fromkeys(ok, 1e-3), status=ok) for case in cases]
 

@@ -1,6 +1,8 @@
-"""Peer comparison: numba_onnx_ops against numpy and onnxruntime, timed side by side.
+"""Peer comparison: numba_onnx_ops against numpy, onnxruntime and PyTorch, timed side by side.
 
-``python -m numba_onnx_ops bench`` runs every case of :mod:`.cases`.  For each case it
+``python -m numba_onnx_ops bench`` runs every case of :mod:`.cases` outside a group (a group,
+such as the GEMM rows, runs when ``--cases`` names it), each contender on the same threads
+(:func:`.contenders.contender_threads`; torch only where installed).  For each case it
 
 1. builds seeded inputs (:mod:`.cases`),
 2. calls every contender (:mod:`.contenders`) once (for this library that first call includes
@@ -18,7 +20,8 @@
    with an empty numba cache (:data:`.cases.FIRST_CALLS`).  Above the table,
    the machine's limits measured before and after the cases (:mod:`.limits`): the float32 FMA
    peak and the speed of a copy, against which a MatMul's GFLOP/s or a Pow's bytes can be
-   read, and a warning when they show that something else used the machine.
+   read, and a warning when they show that something else used the machine.  Below it, the
+   GEMM rows' GFLOP/s, each beside the FMA peak on the row's threads.
 
 A case is one operator call, or a small model (``((x @ w1) ** 2) @ w2``) on one of two runtimes:
 our ``Backend``, against onnxruntime, or onnx's ``ReferenceEvaluator`` with our MatMul and Pow
@@ -36,6 +39,8 @@ from .cases import (
     DEMO_CASES,
     EVALUATOR,
     FIRST_CALLS,
+    GEMM,
+    GROUPS,
     MODEL_RUNTIMES,
     SPREADS,
     TINY_DIM,
@@ -49,7 +54,20 @@ from .cases import (
     select_first_calls,
 )
 from .checking import POW_ULPS, check
-from .contenders import CONTENDERS, NUMPY, ORT, OURS, PEERS, UPCAST, Unavailable
+from .contenders import (
+    CONTENDERS,
+    MAIN_CONTENDERS,
+    NUMPY,
+    ORT,
+    OURS,
+    PEERS,
+    TORCH,
+    TORCH_INSTALL,
+    UPCAST,
+    Unavailable,
+    available_contenders,
+    contender_threads,
+)
 from .limits import busy_signs, limits_line
 from .limits import measure as measure_limits
 from .plot import check_plot_available, plot, plot_path_problem
@@ -58,6 +76,7 @@ from .report import (
     environment_line,
     first_call_lines,
     fmt_numba_work,
+    format_gflops_table,
     format_table,
     output_problem,
     plural,
@@ -77,6 +96,9 @@ __all__ = [
     "DEMO_CASES",
     "EVALUATOR",
     "FIRST_CALLS",
+    "GEMM",
+    "GROUPS",
+    "MAIN_CONTENDERS",
     "MODEL_RUNTIMES",
     "NUMPY",
     "ORT",
@@ -87,6 +109,8 @@ __all__ = [
     "SPREADS",
     "TIMINGS",
     "TINY_DIM",
+    "TORCH",
+    "TORCH_INSTALL",
     "UPCAST",
     "Case",
     "FirstCall",
@@ -94,14 +118,17 @@ __all__ = [
     "Spread",
     "Timing",
     "Unavailable",
+    "available_contenders",
     "busy_signs",
     "check",
     "check_plot_available",
+    "contender_threads",
     "environment",
     "environment_line",
     "first_call_lines",
     "first_calls_only",
     "fmt_numba_work",
+    "format_gflops_table",
     "format_table",
     "limits_line",
     "make_inputs",

@@ -2,7 +2,8 @@
 
 Each case is one operator call, or one small model (op ``"Model"``, see :func:`chain_model`), on
 seeded inputs of given dtypes and shapes, with the speed-up the project aims for (shown only by
-``bench --targets``).
+``bench --targets``).  A case of a named group (:data:`GROUPS`) runs only when ``--cases`` selects
+it, so that a plain ``bench`` stays minutes long.
 
 A model runs on one of two runtimes (``Case.runtime``): our ``Backend`` (:data:`BACKEND`, against
 onnxruntime), or onnx's ``ReferenceEvaluator`` with our MatMul and Pow (:data:`EVALUATOR`,
@@ -40,6 +41,12 @@ BACKEND = "Backend"
 EVALUATOR = "evaluator"
 MODEL_RUNTIMES = (BACKEND, EVALUATOR)
 
+#: The GEMM group: float products of inference shapes on one and two threads, each shown with
+#: its GFLOP/s beside the machine's FMA peak; run by ``--cases gemm``.
+GEMM = "gemm"
+#: The named groups, each run only when ``--cases`` selects it (its name selects them all).
+GROUPS = (GEMM,)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -53,7 +60,8 @@ class Case:
     as a Python number, as numpy gets it (otherwise ours gets the 0-d array, as a model carries
     it).  A ``"Model"`` case runs :func:`chain_model`: X of ``shapes[0]``, two weights of
     ``shapes[1]``, Pow by ``exponent``, on ``runtime`` (one of :data:`MODEL_RUNTIMES`; only
-    models have one).
+    models have one).  ``group`` (one of :data:`GROUPS`) leaves the case out of a run that names
+    no cases.
     """
 
     name: str
@@ -68,12 +76,26 @@ class Case:
     opset: int | None = None
     python_exponent: bool = False
     runtime: str | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         if self.op == "Model" and self.runtime not in MODEL_RUNTIMES:
             raise ValueError(f"{self.name}: a model's runtime is one of {MODEL_RUNTIMES}")
         if self.op != "Model" and self.runtime is not None:
             raise ValueError(f"{self.name}: only a model has a runtime")
+        if self.group is not None and self.group not in GROUPS:
+            raise ValueError(f"{self.name}: a group is one of {GROUPS}")
+
+    def flop(self, size: str = "full") -> int | None:
+        """A product's floating-point operations at ``size``, two per multiply-add (``None``
+        for other operators): what its GFLOP/s are counted in."""
+        if self.op != "MatMul":
+            return None
+        sa, sb = self.shapes_at(size)
+        batch = math.prod(np.broadcast_shapes(sa[:-2], sb[:-2]))
+        m = sa[-2] if len(sa) > 1 else 1  # a 1-D operand is one row (A) or one column (B)
+        n = sb[-1] if len(sb) > 1 else 1
+        return 2 * batch * m * n * sa[-1]
 
     def shapes_at(self, size: str) -> tuple[Shape, Shape]:
         if size == "quick" and self.quick_shapes is not None:
@@ -144,6 +166,39 @@ _MODELS = (
 )
 
 
+# The GEMM group's products, (name, dtype, A's shape, B's shape): a name's M x K x N is
+# (M, K) @ (K, N), one number a cube.  Batches and widths of inference: a few rows through a
+# layer (32x256x256, 8x1024x1024), tall and narrow (64x128x64), mid-size and square, float32
+# mostly (the product numpy's BLAS takes for us today), float64, and the half types, whose
+# products are our own kernels or sgemm on float32 panels; and a batch of 64 attention-like
+# products in bfloat16.
+_GEMMS = (
+    ("f32-32x256x256", "float32", (32, 256), (256, 256)),
+    ("f32-64x128x64", "float32", (64, 128), (128, 64)),
+    ("f32-128x512x512", "float32", (128, 512), (512, 512)),
+    ("f32-8x1024x1024", "float32", (8, 1024), (1024, 1024)),
+    ("f32-256", "float32", (256, 256), (256, 256)),
+    ("f32-1024", "float32", (1024, 1024), (1024, 1024)),
+    ("f64-128x512x512", "float64", (128, 512), (512, 512)),
+    ("f64-1024", "float64", (1024, 1024), (1024, 1024)),
+    ("f16-512", "float16", (512, 512), (512, 512)),
+    ("bf16-512", "bfloat16", (512, 512), (512, 512)),
+    ("bf16-1024", "bfloat16", (1024, 1024), (1024, 1024)),
+    ("bf16-32x256x256", "bfloat16", (32, 256), (256, 256)),
+    ("bf16-batch64x128x64x128", "bfloat16", (64, 128, 64), (64, 64, 128)),
+)
+#: Thread counts of the GEMM rows: one core, and both of a two-core machine.
+GEMM_THREADS = (1, 2)
+
+
+def _gemm(name, dtype, a, b, threads) -> Case:
+    # Target: the best peer's pace, which an own GEMM is to reach on every row.
+    dtypes = (dtype, dtype)
+    return Case(
+        f"gemm-{name}-{threads}t", "MatMul", dtypes, (a, b), 1.0, threads=threads, group=GEMM
+    )
+
+
 _SQ = (1024, 1024)
 _SQ_QUICK = ((256, 256), (256, 256))  # numpy's half-type matmul is a scalar loop: 7 s at 1024
 _X = (1000, 10_000)  # 10 million elements
@@ -212,6 +267,8 @@ CASES: tuple[Case, ...] = (
     # The same models in onnx's ReferenceEvaluator with our MatMul and Pow, against the
     # evaluator alone (its numpy implementation, in the numpy column): never slower.
     *(_model(f"model-eval-{n}", b, w, 1.0, EVALUATOR, q) for n, b, w, _, q in _MODELS),
+    # The GEMM group (``--cases gemm``): each product on one thread, then on two.
+    *(_gemm(*gemm, threads) for gemm in _GEMMS for threads in GEMM_THREADS),
 )
 
 #: Distributions of Pow bases (floats): near 1, magnitudes over 2**-30..2**30 (log-uniform,
@@ -347,11 +404,12 @@ def select_first_calls(patterns: Sequence[str] | None) -> list[FirstCall]:
 
 def select(patterns: Sequence[str] | None) -> tuple[list[Case], list[FirstCall]]:
     """The cases and the first-call targets that ``patterns`` select, each in table order
-    (every one of both without patterns).
+    (without patterns: every case outside a group, and every first-call target).
 
     A pattern that is a name selects that one entry alone, so that the name of a row reruns
     that row and no other whose name contains it (``pow-f32-e3.7``, ``first-pow-f32-e3.7``);
-    any other pattern selects every name it matches as a glob or contains.
+    any other pattern selects every name it matches as a glob or contains, in a group or not
+    (``gemm``: the GEMM group's cases, whose names start with it; ``*``: everything).
 
     Raises
     ------
@@ -359,7 +417,7 @@ def select(patterns: Sequence[str] | None) -> tuple[list[Case], list[FirstCall]]
         If a pattern selects nothing.
     """
     if not patterns:
-        return list(CASES), list(FIRST_CALLS)
+        return [c for c in CASES if c.group is None], list(FIRST_CALLS)
     unmatched = [p for p in patterns if not any(_matches(n, p) for n in _names())]
     if unmatched:
         near = [n for p in unmatched for n in difflib.get_close_matches(p, _names(), 3)]

@@ -1,9 +1,12 @@
 """The contenders: this library and its peers, each a zero-argument call with its inputs bound.
 
 Peers: ``numpy`` (what a user writes: ``a @ b``, ``x ** 3.7``, cast back to the input dtype where
-numpy promotes), ``numpy f32 upcast`` for the half types (``float32`` compute, one cast back), and
+numpy promotes), ``numpy f32 upcast`` for the half types (``float32`` compute, one cast back),
 ``onnxruntime`` (a one-node model, CPU provider, as many intra-op threads as numba uses, the session
-built once), when installed.
+built once), when installed, and ``torch`` (``torch.matmul``, ``torch.pow``: PyTorch's CPU kernels,
+MKL and oneDNN among them, on as many threads as numba uses), when installed; torch is never a
+dependency of the package or of an extra (:data:`TORCH_INSTALL` says how to get its CPU build).
+Every contender runs on the same number of threads: :func:`contender_threads` sets it for a case.
 
 A ``"Model"`` case (:func:`.cases.chain_model`) runs on its runtime (``Case.runtime``): on our
 ``Backend`` against onnxruntime (no numpy); or in onnx's ``ReferenceEvaluator`` with our MatMul
@@ -14,19 +17,91 @@ onnx's numpy implementation of every operator and so is the ``numpy`` contender 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import importlib.util
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from .. import matmul, pow
-from .cases import EVALUATOR, HALF_TYPES, Case, chain_model
+from .cases import BFLOAT16, EVALUATOR, HALF_TYPES, Case, chain_model
 
 OURS = "numba_onnx_ops"
 NUMPY = "numpy"
 UPCAST = "numpy f32 upcast"
 ORT = "onnxruntime"
-CONTENDERS = (OURS, NUMPY, UPCAST, ORT)
+TORCH = "torch"
+CONTENDERS = (OURS, NUMPY, UPCAST, ORT, TORCH)
 PEERS = CONTENDERS[1:]
+#: The contenders of the main job (``python -m numba_onnx_ops``), which stays short: not torch,
+#: whose import alone takes seconds.
+MAIN_CONTENDERS = (OURS, NUMPY, UPCAST, ORT)
+
+#: How to install the optional torch contender: PyTorch's CPU build, from its own index.
+TORCH_INSTALL = (
+    "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu (the CPU "
+    "build; a plain pip install torch can pull a CUDA build of several GB)"
+)
+
+#: The fewest calls back to back that make one sample, by contender (others: one, as many as
+#: fill ``Timing.min_sample_s``).  PyTorch's OpenMP threads go to sleep during the pause before
+#: each sample (it is there for onnxruntime's and OpenBLAS's spinning threads) and wake slowly:
+#: its first call after the pause costs far more than the next ones, so torch is timed in
+#: blocks of several calls, its steady state, even where one call fills a sample.
+MIN_CALLS_PER_SAMPLE = {TORCH: 5}
+
+
+def available_contenders(contenders: tuple[str, ...] = CONTENDERS) -> tuple[str, ...]:
+    """``contenders`` less torch where it is not installed (so that no column of the table
+    says so on every row); found without importing it."""
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a finder that refuses it; a module without a spec
+        found = False
+    return contenders if found else tuple(name for name in contenders if name != TORCH)
+
+
+@contextlib.contextmanager
+def contender_threads(count: int) -> Iterator[bool]:
+    """Every contender on ``count`` threads while the block runs: numba's (whose count
+    onnxruntime's sessions and torch take when a factory builds them) and numpy's BLAS, through
+    threadpoolctl (the ``bench`` extra).  Yields whether the BLAS could be limited: without
+    threadpoolctl it keeps its own count (``OPENBLAS_NUM_THREADS``, else one per core), and so
+    do the float products of ours that go to it.
+
+    Raises
+    ------
+    ValueError
+        If ``count`` is more than numba's pool has (``NUMBA_NUM_THREADS``).
+    """
+    import numba
+
+    saved = numba.get_num_threads()
+    numba.set_num_threads(count)
+    try:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            yield False
+        else:
+            with threadpool_limits(limits=count, user_api="blas"):
+                yield True
+    finally:
+        numba.set_num_threads(saved)
+
+
+def as_array(out: Any) -> np.ndarray:
+    """A contender's result as a numpy array, for the check: a torch tensor through a view of
+    its memory (bfloat16 through its bits, a type torch's ``numpy()`` does not know)."""
+    if isinstance(out, np.ndarray) or type(out).__module__.partition(".")[0] != "torch":
+        return np.asarray(out)
+    import torch
+
+    if out.dtype == torch.bfloat16:
+        return out.view(torch.int16).numpy().view(BFLOAT16)
+    return out.numpy()
+
 
 #: Default-domain opset of the onnxruntime models: MatMul-13 and Pow-15 (the newest versions),
 #: unless the case sets its own.
@@ -155,4 +230,54 @@ def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.nd
     return lambda: session.run(outputs, feeds)[0]
 
 
-FACTORIES = {OURS: _ours, NUMPY: _numpy, UPCAST: _numpy_upcast, ORT: _onnxruntime}
+def _torch_tensor(torch, x: np.ndarray):
+    """``x`` as a tensor sharing its memory (bfloat16 through its bits: numpy's bfloat16 is
+    ml_dtypes', which ``torch.from_numpy`` does not take)."""
+    if x.dtype == BFLOAT16:
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
+
+
+def _torch(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], Any]:
+    if case.op == "Model":
+        raise Unavailable("-")  # a model's peers are its runtimes'
+    try:
+        import torch
+    except ImportError:
+        raise Unavailable("not installed (torch)") from None
+    import numba
+
+    torch.set_num_threads(numba.get_num_threads())  # the same thread count as ours
+    # The tensors once, here: the timed call is the operator alone, as a torch user's loop runs
+    # it on tensors it already has.  The call returns a tensor; ``as_array`` reads it.
+    ta = _torch_tensor(torch, a)
+    if case.op == "MatMul":
+        op, y = torch.matmul, _torch_tensor(torch, b)
+    elif b.ndim == 0:  # a Python number, as a torch user writes ``x ** 3.7``
+        op, y = torch.pow, int(b) if b.dtype.kind in "iu" else float(b)
+    else:
+        op, y = torch.pow, _torch_tensor(torch, b)
+
+    # A probe on one element: a dtype torch has no CPU kernel for (uint32, uint64), and where
+    # torch promotes (an integer base to a float exponent), the cast back that is part of the work.
+    def first(t):  # one element, of the same rank
+        return t.reshape(-1)[:1].reshape((1,) * t.ndim) if isinstance(t, torch.Tensor) else t
+
+    try:
+        probe = op(first(ta), first(y))
+    except (RuntimeError, NotImplementedError, TypeError) as exc:
+        kernel = f"{case.op}({a.dtype}, {b.dtype})"
+        raise Unavailable(f"no {kernel} kernel in torch ({type(exc).__name__})") from None
+    if probe.dtype == ta.dtype:
+        return lambda: op(ta, y)
+    dtype = ta.dtype
+    return lambda: op(ta, y).to(dtype)
+
+
+FACTORIES = {
+    OURS: _ours,
+    NUMPY: _numpy,
+    UPCAST: _numpy_upcast,
+    ORT: _onnxruntime,
+    TORCH: _torch,
+}

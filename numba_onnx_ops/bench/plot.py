@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .cases import EVALUATOR
-from .contenders import CONTENDERS, NUMPY, ORT, OURS, UPCAST
+from .contenders import CONTENDERS, NUMPY, ORT, OURS, TORCH, UPCAST
 from .report import environment_line, fmt_ratio, fmt_time
 
 if TYPE_CHECKING:
@@ -21,7 +21,13 @@ if TYPE_CHECKING:
 
 # Speed-up ticks, each also as its inverse: even steps on a log axis, short labels.
 _RATIO_STEPS = (1.1, 1.25, 1.5, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
-_COLORS = {OURS: "tab:blue", NUMPY: "tab:orange", UPCAST: "tab:olive", ORT: "tab:purple"}
+_COLORS = {
+    OURS: "tab:blue",
+    NUMPY: "tab:orange",
+    UPCAST: "tab:olive",
+    ORT: "tab:purple",
+    TORCH: "tab:brown",
+}
 _LABEL_CHARS = 55
 _CHAR_INCHES = 0.085  # a character of a tick label, about (10-point DejaVu Sans)
 

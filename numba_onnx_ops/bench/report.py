@@ -1,9 +1,10 @@
-"""Reporting: the environment line, the markdown table, CSV and JSON records."""
+"""Reporting: the environment line, the markdown tables, CSV and JSON records."""
 
 from __future__ import annotations
 
 import csv
 import datetime
+import importlib.metadata
 import json
 import os
 import platform
@@ -17,7 +18,7 @@ import ml_dtypes
 import numpy as np
 
 from .. import __version__
-from .cases import EVALUATOR, FirstCall, Spread
+from .cases import EVALUATOR, GEMM, FirstCall, Spread
 from .contenders import CONTENDERS, NUMPY, OURS
 
 if TYPE_CHECKING:
@@ -48,6 +49,10 @@ def environment() -> dict[str, Any]:
         ort_version = onnxruntime.__version__
     except ImportError:
         ort_version = None
+    try:  # its metadata, not an import: importing torch takes seconds
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -63,6 +68,7 @@ def environment() -> dict[str, Any]:
         "numba": numba.__version__,
         "ml_dtypes": ml_dtypes.__version__,
         "onnxruntime": ort_version,
+        "torch": torch_version,
         "python": platform.python_version(),
         "threads": numba.get_num_threads(),
         "cpu": cpu,
@@ -75,9 +81,10 @@ def environment() -> dict[str, Any]:
 
 def environment_line(env: dict[str, Any]) -> str:
     ort = env["onnxruntime"] or "not installed"
+    torch = f", torch {env['torch']}" if env.get("torch") else ""  # optional: named if there
     return (
         f"numba_onnx_ops {env['numba_onnx_ops']}, numpy {env['numpy']}, numba {env['numba']}, "
-        f"onnxruntime {ort}; {env['threads']} threads on {env['cores']} cores ({env['cpu']}"
+        f"onnxruntime {ort}{torch}; {env['threads']} threads on {env['cores']} cores ({env['cpu']}"
         f"{'; ' + ' '.join(env['cpu_flags']) if env.get('cpu_flags') else ''})"
     )
 
@@ -133,6 +140,17 @@ def fmt_first_calls(row: Row) -> str:
     return ", ".join(parts) + f"{work}; {verdict}"
 
 
+def _markdown(lines: Sequence[Sequence[str]]) -> list[str]:
+    """The lines of a markdown table whose first line is the header, columns padded."""
+    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+    out = []
+    for i, line in enumerate(lines):
+        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
+        if i == 0:
+            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return out
+
+
 def _cell(row: Row, name: str) -> str:
     if name in row.times:
         return fmt_median(row, name)
@@ -167,14 +185,69 @@ def format_table(
         if not row.ours_ok:
             line[-1] += " (ours " + row.status.get(OURS, "missing").split(":", 1)[0] + ")"
         lines.append(line)
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = []
-    for i, line in enumerate(lines):
-        out.append("| " + " | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) + " |")
-        if i == 0:
-            out.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    out = _markdown(lines)
     notes = _notes(rows, targets)
     return "\n".join(out + ([""] + notes if notes else []))
+
+
+def peak_gflops(limits: Sequence[Mapping[str, Any]], threads: int | None) -> float | None:
+    """The float32 FMA peak (GFLOP/s) on ``threads`` (``None``: numba's, all of them), the
+    higher of the measurements in ``limits`` (``limits.measure``'s, before and after the cases:
+    a busy machine only lowers it); ``None`` where none was measured on that many threads."""
+    rates = []
+    for peak in (lim.get("fma_peak") for lim in limits):
+        if not peak:
+            continue
+        if threads == 1:
+            rates.append(peak["gflops_one_thread"])
+        elif threads is None or threads == peak["threads"]:
+            rates.append(peak["gflops_all_threads"])
+    return max(rates, default=None)
+
+
+def gflops(row: Row, name: str) -> float | None:
+    """A product's GFLOP/s for contender ``name`` (two operations per multiply-add), or
+    ``None`` (not a product, or no time)."""
+    flop = row.case.flop(row.size)
+    if flop is None or name not in row.times:
+        return None
+    return flop / row.times[name] / 1e9
+
+
+def format_gflops_table(
+    rows: Sequence[Row],
+    limits: Sequence[Mapping[str, Any]],
+    contenders: Sequence[str] = CONTENDERS,
+) -> str:
+    """A markdown table of the GEMM group's rows in ``rows``: each contender's GFLOP/s and its
+    share of the float32 FMA peak on the row's threads (:func:`peak_gflops`), or ``""`` without
+    such rows."""
+    gemm = [row for row in rows if row.case.group == GEMM and row.times]
+    if not gemm:
+        return ""
+    names = [name for name in contenders if any(name in row.times for row in gemm)]
+    header = ["case", "threads", "FMA peak", *names]
+    lines = [header]
+    for row in gemm:
+        peak = peak_gflops(limits, row.case.threads)
+        cells = []
+        for name in names:
+            rate = gflops(row, name)
+            share = f" ({100 * rate / peak:.0f}%)" if rate is not None and peak else ""
+            cells.append("-" if rate is None else f"{rate:.3g}{share}")
+        threads = str(row.case.threads or "all")
+        lines.append([row.case.name, threads, f"{peak:.0f}" if peak else "-", *cells])
+    out = _markdown(lines)
+    out += ["", GFLOPS_NOTE]
+    return "\n".join(out)
+
+
+GFLOPS_NOTE = (
+    "- GFLOP/s: two operations per multiply-add, over the median time; in parentheses, its share "
+    "of the FMA peak column: this run's float32 FMA peak on the row's threads, the higher of its "
+    "measurements before and after the cases (float64 peaks at half of it, bfloat16 dot "
+    "products with AVX512-BF16 at twice)"
+)
 
 
 SPREAD_NOTE = (
@@ -194,6 +267,13 @@ def _notes(rows: Sequence[Row], targets: bool) -> list[str]:
     notes = [SPREAD_NOTE] if any(row.quartiles for row in rows) else []
     if any(row.case.runtime == EVALUATOR for row in rows):
         notes.append(EVALUATOR_NOTE)
+    unlimited = [row.case.name for row in rows if row.blas_limited is False]
+    if unlimited:
+        notes.append(
+            "- numpy's BLAS kept its own thread count (OPENBLAS_NUM_THREADS, else one per core: "
+            "threadpoolctl, in the bench extra, is not installed to hold it to the row's), and "
+            f"so did the products of {OURS} that go to it, in {', '.join(unlimited)}"
+        )
     for row in rows:
         for name, status in row.status.items():
             if status not in ("ok", "-"):
@@ -238,8 +318,9 @@ def first_call_lines(first_calls: Mapping[FirstCall, Sequence[float]]) -> list[s
 def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
     """A flat, JSON- and CSV-friendly record of one row (times in seconds, each median with the
     first and third quartiles of its samples, ``_q1_s`` and ``_q3_s``; the numba functions our
-    first call compiled; a model's runtime, ``None`` for an operator call); ``targets`` adds the
-    case's target speed-up and whether it was met."""
+    first call compiled; a model's runtime, ``None`` for an operator call; for a product, its
+    operations, ``flop``, and each contender's ``_gflops``); ``targets`` adds the case's target
+    speed-up and whether it was met."""
     (sa, sb), best = row.case.shapes_at(row.size), row.best_peer
     record: dict[str, Any] = {
         "case": row.case.name,
@@ -251,6 +332,8 @@ def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
         "dtype_b": row.case.dtypes[1],
         "shape_a": list(sa),
         "shape_b": list(sb),
+        "threads": row.case.threads,
+        "flop": row.case.flop(row.size),
     }
     for name in CONTENDERS:
         key = name.replace(" ", "_")
@@ -258,6 +341,7 @@ def row_record(row: Row, *, targets: bool = False) -> dict[str, Any]:
         record[f"{key}_s"] = row.times.get(name)
         record[f"{key}_q1_s"] = q1
         record[f"{key}_q3_s"] = q3
+        record[f"{key}_gflops"] = gflops(row, name)
         record[f"{key}_status"] = row.status.get(name, "-")
     record.update(
         {

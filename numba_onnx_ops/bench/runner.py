@@ -18,7 +18,16 @@ from numba.core import event
 
 from .cases import CASES, SPREADS, Case, FirstCall, Spread, make_inputs
 from .checking import check
-from .contenders import CONTENDERS, FACTORIES, OURS, PEERS, Unavailable
+from .contenders import (
+    CONTENDERS,
+    FACTORIES,
+    MIN_CALLS_PER_SAMPLE,
+    OURS,
+    PEERS,
+    Unavailable,
+    as_array,
+    contender_threads,
+)
 from .report import fmt_first_calls, fmt_median, fmt_ratio
 from .timing import TIMINGS, call_estimates, time_interleaved, wait_until_idle
 
@@ -28,7 +37,9 @@ class Row:
     """The outcome of one case: median seconds per contender, or why there is none.
 
     ``quartiles`` holds the first and third quartiles of each contender's samples (the spread
-    of its median); ``first_call_work`` what numba did during our first call (``numba_work``).
+    of its median); ``first_call_work`` what numba did during our first call (``numba_work``);
+    ``blas_limited``, for a case that sets its threads, whether numpy's BLAS was held to them
+    (``contenders.contender_threads``).
     """
 
     case: Case
@@ -39,6 +50,7 @@ class Row:
     rounds: int = 0
     quartiles: dict[str, tuple[float, float]] = field(default_factory=dict)
     first_call_work: dict[str, int] = field(default_factory=dict)
+    blas_limited: bool | None = None
 
     @property
     def best_peer(self) -> tuple[str, float] | None:
@@ -67,6 +79,14 @@ class Row:
     @property
     def ours_ok(self) -> bool:
         return self.status.get(OURS) == "ok"
+
+    @property
+    def too_few_threads(self) -> bool:
+        """Whether the case asks for more threads than numba's pool has, so that nothing ran."""
+        return self.status.get(OURS, "").startswith(_TOO_FEW_THREADS)
+
+
+_TOO_FEW_THREADS = "n/a: needs"
 
 
 @contextlib.contextmanager
@@ -112,13 +132,13 @@ def run_case(
     if case.threads is not None:
         import numba
 
-        saved = numba.get_num_threads()
-        numba.set_num_threads(case.threads)  # onnxruntime's session takes numba's count
-        try:
+        pool = numba.config.NUMBA_NUM_THREADS
+        if case.threads > pool:
+            why = f"{_TOO_FEW_THREADS} {case.threads} threads, numba's pool has {pool}"
+            return Row(case, size, status=dict.fromkeys(contenders, why))
+        with contender_threads(case.threads) as blas_limited:
             row = run_case(replace(case, threads=None), size, contenders, progress)
-        finally:
-            numba.set_num_threads(saved)
-        row.case = case
+        row.case, row.blas_limited = case, blas_limited
         return row
     say = progress or (lambda _msg: None)
     row = Row(case, size)
@@ -139,7 +159,7 @@ def run_case(
         except Exception as exc:  # a failing contender is reported, not fatal to the run
             row.status[name] = f"error: {type(exc).__name__}: {exc}"
             continue
-        problem = check(case, a, b, out)
+        problem = check(case, a, b, as_array(out))
         del out
         row.status[name] = f"wrong: {problem}" if problem else "ok"
         if problem is None:
@@ -152,7 +172,8 @@ def run_case(
         return row
     # Not the first call, which for us may compile kernels or load them from the cache.
     with _quiet():
-        samples = time_interleaved(funcs, call_estimates(funcs, TIMINGS[size]), TIMINGS[size])
+        estimates = call_estimates(funcs, TIMINGS[size])
+        samples = time_interleaved(funcs, estimates, TIMINGS[size], MIN_CALLS_PER_SAMPLE)
     row.times = {name: statistics.median(s) for name, s in samples.items()}
     row.quartiles = {name: quartiles(s) for name, s in samples.items()}
     row.rounds = len(next(iter(samples.values())))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,19 +118,28 @@ def round_order(names: list[str], r: int) -> list[str]:
 
 
 def time_interleaved(
-    funcs: dict[str, Callable[[], Any]], estimates: dict[str, float], timing: Timing
+    funcs: dict[str, Callable[[], Any]],
+    estimates: dict[str, float],
+    timing: Timing,
+    min_calls: Mapping[str, int] | None = None,
 ) -> dict[str, list[float]]:
     """Seconds per call of each function, one sample per round, rounds interleaved.
 
     ``estimates`` (seconds per call, from ``steady_call_time``) set how many calls make one
-    sample, so that a sample lasts at least ``timing.min_sample_s``.  Each sample starts after
+    sample, so that a sample lasts at least ``timing.min_sample_s``, and at least
+    ``min_calls[name]`` calls where given (a contender whose steady state takes a few calls to
+    reach: ``contenders.MIN_CALLS_PER_SAMPLE``).  Each sample starts after
     a pause, so its first call runs cold (caches, page tables and the peers' and our thread
     pools); the rest of the sample is the calls a user's loop makes.  Rounds go on until
     ``timing.min_rounds`` are done and ``timing.budget_s`` is spent, or ``timing.max_rounds``; a
     case whose slowest call takes over a second settles for three rounds.
     """
     names = list(funcs)
-    number = {n: max(1, math.ceil(timing.min_sample_s / max(estimates[n], 1e-9))) for n in names}
+    fewest = min_calls or {}
+    number = {
+        n: max(fewest.get(n, 1), math.ceil(timing.min_sample_s / max(estimates[n], 1e-9)))
+        for n in names
+    }
     min_rounds = timing.min_rounds
     if max(estimates.values(), default=0.0) > 1.0:
         min_rounds = min(min_rounds, 3)
