@@ -230,22 +230,29 @@ def test_opset_below_1_is_a_value_error(opset):
             noo.resolve_version(op, opset)
 
 
+def _refused_on_every_call(opset, error, message):
+    """Both operators (an array and a Python exponent for Pow) and ``resolve_version`` refuse
+    ``opset``, on a repeated call too (a kept plan would answer it otherwise)."""
+    a = np.ones((2, 2), F32)
+    calls = (
+        lambda: noo.matmul(a, a, opset=opset),
+        lambda: noo.pow(a, a, opset=opset),
+        lambda: noo.pow(a, 2.0, opset=opset),
+        lambda: noo.resolve_version("MatMul", opset),
+        lambda: noo.resolve_version("Pow", opset),
+    )
+    for _ in range(2):
+        for call in calls:
+            with pytest.raises(error, match=message):
+                call()
+
+
 @pytest.mark.parametrize("opset", BAD_OPSET_TYPES, ids=repr)
 def test_opset_that_is_not_an_integer_is_a_type_error(opset):
     """numpy's convention: a value of the wrong type is a TypeError (a bool is not an opset,
     though Python counts it as an int), whatever its value."""
-    a = np.ones((2, 2), F32)
     message = rf"opset must be an integer or None, got {type(opset).__name__} "
-    for _ in range(2):  # (no plan kept)
-        with pytest.raises(TypeError, match=message):
-            noo.matmul(a, a, opset=opset)
-        with pytest.raises(TypeError, match=message):
-            noo.pow(a, a, opset=opset)
-        with pytest.raises(TypeError, match=message):
-            noo.pow(a, 2.0, opset=opset)
-        for op in ("MatMul", "Pow"):
-            with pytest.raises(TypeError, match=message):
-                noo.resolve_version(op, opset)
+    _refused_on_every_call(opset, TypeError, message)
 
 
 @pytest.mark.parametrize("kind", [np.int8, np.int64, np.uint8, np.uint64], ids=dtype_id)
@@ -263,19 +270,8 @@ def test_opset_above_the_newest_known_is_refused():
     """A later opset may define a new MatMul or Pow: it is refused on every call (a repeated
     call would find a kept plan if the first one made one), naming it and the newest known."""
     newest = noo.NEWEST_OPSET
-    a = np.ones((2, 2), F32)
     for opset in (newest + 1, newest + 70, 2**63, np.int64(newest + 1), np.int64(2**63 - 1)):
-        message = rf"opset {opset} .*opset {newest}\b"
-        for _ in range(2):
-            with pytest.raises(ValueError, match=message):
-                noo.matmul(a, a, opset=opset)
-            with pytest.raises(ValueError, match=message):
-                noo.pow(a, a, opset=opset)
-            with pytest.raises(ValueError, match=message):
-                noo.pow(a, 2.0, opset=opset)
-            for op in ("MatMul", "Pow"):
-                with pytest.raises(ValueError, match=message):
-                    noo.resolve_version(op, opset)
+        _refused_on_every_call(opset, ValueError, rf"opset {opset} .*opset {newest}\b")
 
 
 def test_the_newest_known_opset_runs():
