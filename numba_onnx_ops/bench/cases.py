@@ -383,6 +383,10 @@ DEMO_CASES = (
 )
 
 
+#: Every name ``--cases`` can select: the cases', then the first-call targets'.
+_NAMES: tuple[str, ...] = tuple(c.name for c in CASES) + tuple(f.name for f in FIRST_CALLS)
+
+
 def select_cases(patterns: Sequence[str] | None) -> list[Case]:
     """The cases that ``patterns`` select (see :func:`select`), in table order; a pattern may
     also select only first-call targets (:func:`select_first_calls`).
@@ -418,9 +422,9 @@ def select(patterns: Sequence[str] | None) -> tuple[list[Case], list[FirstCall]]
     """
     if not patterns:
         return [c for c in CASES if c.group is None], list(FIRST_CALLS)
-    unmatched = [p for p in patterns if not any(_matches(n, p) for n in _names())]
+    unmatched = [p for p in patterns if not any(_matches(n, p) for n in _NAMES)]
     if unmatched:
-        near = [n for p in unmatched for n in difflib.get_close_matches(p, _names(), 3)]
+        near = [n for p in unmatched for n in difflib.get_close_matches(p, _NAMES, 3)]
         hint = f"; near: {', '.join(dict.fromkeys(near))}" if near else ""
         raise ValueError(
             f"no case matches {', '.join(map(repr, unmatched))}{hint}; --list names them"
@@ -442,12 +446,8 @@ def first_calls_only(patterns: Sequence[str] | None) -> dict[str, list[str]]:
     }
 
 
-def _names() -> list[str]:
-    return [c.name for c in CASES] + [f.name for f in FIRST_CALLS]
-
-
 def _matches(name: str, pattern: str) -> bool:
-    if pattern in _names():  # a name: that entry alone
+    if pattern in _NAMES:  # a name: that entry alone
         return name == pattern
     return fnmatchcase(name, pattern) or pattern in name
 
