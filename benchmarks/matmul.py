@@ -258,24 +258,19 @@ class FmaPeak:
         try:
             import numba
 
+            from numba_onnx_ops.bench.contenders import contender_threads
             from numba_onnx_ops.bench.limits import fma_peak
         except ImportError as exc:
             raise NotImplementedError(f"no machine limits here: {exc}") from None  # asv: skip
         if threads > numba.config.NUMBA_NUM_THREADS:
             raise NotImplementedError(f"{threads} threads: more than numba's pool")
-        self.fma_peak = fma_peak
+        self.fma_peak, self.on_threads = fma_peak, contender_threads
         if self._peak(threads, seconds=1e-3, runs=1) is None:  # warm-up: compiles the chains
             raise NotImplementedError("no AVX2 and FMA here")
 
     def _peak(self, threads, seconds, runs):
-        import numba
-
-        saved = numba.get_num_threads()
-        numba.set_num_threads(threads)
-        try:
+        with self.on_threads(threads):
             return self.fma_peak(seconds=seconds, runs=runs)
-        finally:
-            numba.set_num_threads(saved)
 
     def track_gflops(self, threads):
         """GFLOP/s of float32 FMAs on ``threads`` threads, each on registers only."""
