@@ -34,9 +34,9 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
 VECTOR_MAX_MNK = {512: 256**3, 256: 128**3}
 
-# float16/bfloat16 products of at least this many multiply-adds per matrix go to sgemm on
-# float32 panels; below it the panel steps per matrix cost more than they save.
-HALF_BLAS_MIN = 192**3
+# float16/bfloat16 products of at least this many multiply-adds per matrix go to float32
+# panels; below it the panel steps per matrix cost more than they save.
+HALF_PANELS_MIN = 192**3
 
 # bfloat16 products of at least PAIRS_MIN_MNK multiply-adds per matrix and PAIRS_MIN_N columns
 # (two vectors: with one, loads rather than dot products bound a row block) take AVX512_BF16's
@@ -46,6 +46,10 @@ PAIRS_MIN_MNK = 192**3
 PAIRS_MIN_N = 32
 
 # --- MatMul: which own kernel (benchmarks/matmul.py, MatMulBatched) ----------------------------
+# The vector micro-kernel walks K in blocks of at most this many terms: a strip of B of that
+# many rows (64 float32 or 32 float64 columns: 256 KiB) stays in the L2 of each CPU kind
+# (512 KiB per core on Zen 3, 1 MiB on Zen 4, 2 MiB on the Xeons) while A's rows pass it.
+VECTOR_KC = {_F32: 1024, _F64: 1024}
 # matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
 # float32) the packed kernel, which blocks K, takes over.
 DIRECT_KMAX = 4096

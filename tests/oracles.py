@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -275,6 +276,47 @@ def matmul_float_reference(a, b):
     if dtype in HALFS:
         bound = bound + ulp_of(np.abs(ref) + bound, dtype)
     return np.asarray(ref), np.asarray(bound)
+
+
+def round_fraction(x: Fraction, dtype) -> float:
+    """``x`` rounded once, to nearest with ties to even, to ``dtype`` (float16/32/64, subnormals
+    included; overflow to infinity), returned as the (exactly equal) Python float."""
+    p, emin, emax = FORMATS[np.dtype(dtype)]
+    if x == 0:
+        return 0.0
+    mag = abs(x)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # 2**e <= mag < 2**(e + 2)
+    if mag < Fraction(2) ** e:
+        e -= 1
+    elif mag >= Fraction(2) ** (e + 1):
+        e += 1
+    quantum = Fraction(2) ** (max(e, emin) - (p - 1))
+    r = round(mag / quantum) * quantum  # Fraction's round: half to even, exact
+    if r > Fraction(max_finite(dtype)):
+        return math.copysign(math.inf, x)
+    return math.copysign(float(r), x)
+
+
+def matmul_fma_chain(a, b, acc_dtype=None) -> np.ndarray:
+    """The float MatMul of the documented order, exactly: each element of C is the chain
+    ``acc = 0; acc = fma(A[i, k], B[k, j], acc)`` for k in order, every step one rounding of
+    the exact ``A[i, k] * B[k, j] + acc`` to ``acc_dtype`` (the operands' type unless given),
+    computed with exact rationals.  Finite operands only; 2-D or broadcast batches."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    acc_dtype = np.dtype(acc_dtype or a.dtype)
+    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = np.broadcast_to(a, batch + a.shape[-2:])
+    b = np.broadcast_to(b, batch + b.shape[-2:])
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    to_exact = np.frompyfunc(lambda v: Fraction(float(v)), 1, 1)
+    step = np.frompyfunc(lambda x, y, acc: Fraction(round_fraction(x * y + acc, acc_dtype)), 3, 1)
+    aq, bq = to_exact(a.astype(np.float64)), to_exact(b.astype(np.float64))
+    acc = np.full(batch + (m, n), Fraction(0), dtype=object)
+    for kk in range(k):
+        acc = step(aq[..., :, kk : kk + 1], bq[..., kk : kk + 1, :], acc)
+    return np.frompyfunc(float, 1, 1)(acc).astype(np.float64).astype(acc_dtype)
 
 
 def assert_matmul_close(actual, a, b, *, what=""):

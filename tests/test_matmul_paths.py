@@ -1,10 +1,11 @@
 """Every MatMul dispatch path, exercised on purpose and checked against exact or float64 oracles.
 
-The front layer picks one of: numpy's BLAS (float32/float64), ``matmul_vector`` (float32/float64
-on the vector micro-kernel), ``matmul_direct``, ``matmul_small``, ``matmul_packed``,
-``matmul_rows_dot``, ``matmul_cols_axpy``, and for large half-type products sgemm on float32
-panels (``widen_panels``, BLAS, ``narrow_panel``) or, for bfloat16 on CPUs with AVX512_BF16,
-pair dot products (``pack_bf16_pairs``, then ``matmul_vector`` storing bfloat16).  Each case
+The front layer picks one of: ``matmul_vector`` (float32/float64 on the vector micro-kernel),
+``matmul_whole``, ``matmul_direct``, ``matmul_small``, ``matmul_packed``, ``matmul_rows_dot``,
+``matmul_cols_axpy``, numpy's BLAS (float32/float64 matrix-vector and narrow products), and for
+large half-type products float32 panels (``widen_panels``, the micro-kernel or, narrower than
+a vector, BLAS, ``narrow_panel``) or, for bfloat16 on CPUs with AVX512_BF16, pair dot products
+(``pack_bf16_pairs``, then ``matmul_vector`` storing bfloat16).  Each case
 below names the path it must take (a spy on the launches records it), so a change of the
 dispatch rules cannot silently leave a kernel untested.  Sizes sit on and around the kernels'
 block sizes (micro-tiles 4x3, k padding 8, row blocks 4, column strips of one and two
@@ -115,6 +116,8 @@ def vector_width(request, monkeypatch):
 
 
 VECTOR = "vector" if own.vector_bits() else "small"  # where long batches go
+FLOATS = "vector" if own.vector_bits() else "blas"  # where single float products go
+PANELS = "vector" if own.vector_bits() else "blas"  # what multiplies half types' float32 panels
 TINY = "whole" if own.vector_bits() else "small"  # where long batches of 8x8 go
 
 
@@ -309,8 +312,8 @@ def test_small_half_and_strided_a(paths, rng):
 
 
 def test_small_needs_unit_column_stride(paths, rng):
-    b = operand(rng, (4, 6, 8), F32, "F")  # column stride 6: the direct kernel copies strips
-    check(operand(rng, (4, 5, 6), F32), b)
+    b = operand(rng, (4, 6, 8), I32, "F")  # column stride 6: the direct kernel copies strips
+    check(operand(rng, (4, 5, 6), I32), b)
     assert paths == ["direct"]
 
 
@@ -358,28 +361,35 @@ def test_packed_every_type(paths, rng, monkeypatch, no_vector, dtype):
     assert paths == ["packed"]
 
 
-# large float16/bfloat16 products: sgemm over float32 panels
+# large float16/bfloat16 products: float32 panels on the micro-kernel
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
-def test_half_panels_through_blas(no_pairs, paths, rng, monkeypatch, dtype, layout):
-    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
+def test_half_panels(no_pairs, paths, rng, monkeypatch, dtype, layout):
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 71), dtype, "F" if layout == "C" else "C")
     check(a, b)
+    assert paths == ["widen", PANELS, "narrow"]
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_half_panels_narrower_than_a_vector_through_blas(no_pairs, paths, rng, monkeypatch, dtype):
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
+    check(operand(rng, (70, 65), dtype), operand(rng, (65, 3), dtype))
     assert paths == ["widen", "blas", "narrow"]
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panel_tiles_and_k_blocks(no_pairs, paths, rng, monkeypatch, dtype):
     # tiles of 16 rows/columns, K in blocks of 40: edge tiles, kept panels, partial sums
-    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
     monkeypatch.setattr(half, "PANEL", 600)
     monkeypatch.setattr(half, "PANEL_MIN", 16)
     monkeypatch.setattr(half, "PANEL_KMAX", 40)
     a = operand(rng, (2, 1, 37, 90), dtype)
     b = operand(rng, (3, 90, 29), dtype, "neg")
     check(a, b)
-    assert set(paths) == {"widen", "blas", "narrow"}
+    assert set(paths) == {"widen", PANELS, "narrow"}
     assert paths.count("narrow") == 2 * 3 * 3 * 2  # batch entries x row tiles x column tiles
 
 
@@ -388,12 +398,12 @@ def test_half_panels_default_sizes(no_pairs, paths, rng, dtype):
     a = operand(rng, (700, 300), dtype)
     b = operand(rng, (300, 1300), dtype)
     check(a, b)
-    assert paths == ["widen", "blas", "narrow"]
+    assert paths == ["widen", PANELS, "narrow"]
 
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_half_panels_keep_specials(no_pairs, rng, monkeypatch, dtype):
-    monkeypatch.setattr(tuning, "HALF_BLAS_MIN", 1000)
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
     # small integers: every sum is exact in float32 (and float64), so the one rounding to the
     # half type is all there is; the oracle sums in float64 (not the sgemm under test)
     a = rng.integers(-2, 3, (20, 70)).astype(dtype)
@@ -517,7 +527,7 @@ def test_bf16_panels_where_pairs_are_slow(paths, rng, monkeypatch):
     b = rng.integers(-30, 31, (256, 200)).astype(BF16)
     exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert_same_values(noo.matmul(a, b), round_to_format(exact, BF16))
-    assert paths == ["widen", "blas", "narrow"]
+    assert paths == ["widen", PANELS, "narrow"]
 
 
 def test_amd_zen_by_llvm_cpu_name(monkeypatch):
@@ -556,7 +566,7 @@ def test_bf16_pairs_refuse_what_they_would_flush(paths, rng, small_pairs, tiny_a
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert_same_values(got, round_to_format(want, BF16))
     assert got[3, 7] != 0
-    assert paths == ["pairs", "widen", "blas", "narrow"]
+    assert paths == ["pairs", "widen", PANELS, "narrow"]
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
@@ -611,24 +621,42 @@ def test_vector_dot_vector(paths, rng):
     assert paths == ["rows_dot"]
 
 
-# numpy's BLAS for float32/float64
-@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+# float32/float64: the own paths of the documented order, numpy's BLAS where that order is not
+# kept (matrix-vector products, products narrower than half a vector) or there is no vector unit
+WHOLE = "whole" if own.vector_bits() else "blas"
+ROW = "cols_axpy" if own.vector_bits() else "blas"
+
+
 @pytest.mark.parametrize(
-    "shapes", [((4, 4), (4, 4)), ((33, 7), (7, 9)), ((5, 7), (7,)), ((1, 700), (700, 700))]
+    "dtype, shapes, path",
+    [
+        (F32, ((4, 4), (4, 4)), "blas"),  # narrower than half a vector
+        (F32, ((33, 7), (7, 3)), "blas"),
+        (F64, ((4, 4), (4, 4)), WHOLE),
+        (F32, ((33, 7), (7, 9)), FLOATS),
+        (F64, ((70, 80), (80, 90)), FLOATS),
+        (F32, ((5, 7), (7,)), "blas"),  # matrix-vector
+        (F64, ((5, 7), (7, 1)), "blas"),
+        (F32, ((1, 700), (700, 700)), ROW),  # one row
+        (F64, ((700,), (700, 9)), ROW),
+    ],
+    ids=str,
 )
-def test_blas_two_dimensional(paths, rng, dtype, shapes):
+def test_float_products_by_shape(paths, rng, dtype, shapes, path):
     a, b = operand(rng, shapes[0], dtype), operand(rng, shapes[1], dtype)
     check(a, b)
     check(a, b, out=np.empty(np.matmul(a, b).shape, dtype))
-    assert paths == ["blas", "blas"]
+    assert paths == [path, path]
 
 
 @pytest.mark.parametrize(
     "dtype, a_shape, b_shape, path",
     [
-        (F32, (70, 80), (80, 90), "blas"),
-        (F32, (3, 21, 19), (19, 35), "blas"),
-        (F32, (2, 1, 30, 40), (3, 40, 50), "blas"),
+        (F32, (70, 80), (80, 90), FLOATS),
+        (F32, (3, 21, 19), (19, 35), FLOATS),
+        (F32, (2, 1, 30, 40), (3, 40, 50), FLOATS),
+        (F32, (3, 21, 19), (19, 5), "blas"),  # narrow: BLAS, until batches are long
+        (F32, (1024, 21, 19), (19, 5), "direct"),
         (F32, (1024, 8, 8), (1024, 8, 8), TINY),  # long batches of small matrices: own
         (F32, (1024, 40, 30), (30, 20), "vector" if VECTOR == "vector" else "direct"),
         (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),  # (whole-matrix code where K = 16 is)
@@ -647,13 +675,15 @@ def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
 @pytest.mark.parametrize(
     "dtype, a_shape, b_shape, path",
     [
-        (F32, (2, 8, 8), (2, 8, 8), "blas"),  # too little work to pay for a launch
+        (F32, (2, 8, 8), (2, 8, 8), "whole"),
         (F32, (64, 128, 64), (64, 64, 128), "vector"),
-        # 256^3 products: the micro-kernel's on AVX-512, OpenBLAS's on AVX2
-        (F32, (8, 1, 256, 256), (1, 8, 256, 256), "vector" if own.vector_bits() == 512 else "blas"),
-        (F32, (2, 384, 384), (2, 384, 384), "blas"),
-        (F32, (2, 700, 700), (2, 700, 700), "blas"),  # past the micro-kernel's range
+        (F32, (8, 1, 256, 256), (1, 8, 256, 256), "vector"),
+        (F32, (2, 384, 384), (2, 384, 384), "vector"),
+        (F32, (2, 700, 700), (2, 700, 700), "vector"),
         (F64, (64, 64, 64), (64, 64, 64), "vector"),
+        # narrow products: BLAS, unless the batch is long and its matrices small
+        (F32, (2, 64, 64), (2, 64, 4), "blas"),
+        (F32, (4096, 8, 8), (4096, 8, 4), "direct"),
     ],
     ids=str,
 )
@@ -662,10 +692,12 @@ def test_vector_or_blas_by_work(paths, rng, dtype, a_shape, b_shape, path):
     assert paths == [path]
 
 
-def test_vector_needs_unit_column_stride(paths, rng):
-    b = operand(rng, (64, 64, 64), F32).transpose(0, 2, 1)  # BLAS takes it, the micro-kernel not
-    check(operand(rng, (64, 64, 64), F32), b)
-    assert paths == ["blas"]
+def test_vector_copies_b_to_unit_column_stride(paths, rng):
+    a = operand(rng, (64, 64, 64), F32)
+    b = operand(rng, (64, 64, 64), F32).transpose(0, 2, 1)  # column stride 64
+    got = check(a, b)
+    assert paths == [FLOATS]
+    assert_same_values(got, noo.matmul(a, np.ascontiguousarray(b)))  # the same order
 
 
 # matmul_vector: every tile of both register widths, on and around its edges.  Rows: blocks
@@ -742,13 +774,8 @@ def test_layouts_blas_cannot_take_are_own(paths, rng, layout):
     # numpy.matmul would fall back to its plain loop on these: the own kernel takes them
     a, b = operand(rng, (70, 80), F32, layout), operand(rng, (80, 90), F32)
     check(a, b)
-    check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran: BLAS takes it
-    assert paths == ["vector" if VECTOR == "vector" else "direct", "blas"]
-
-
-def test_float64_two_dimensional_is_blas(paths, rng):
-    check(operand(rng, (70, 80), F64), operand(rng, (80, 90), F64))
-    assert paths == ["blas"]
+    check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran: B copied
+    assert paths == ["vector" if VECTOR == "vector" else "direct", FLOATS]
 
 
 def test_plans_keep_every_check(paths, rng):
@@ -785,10 +812,10 @@ def checked(monkeypatch):
 def test_float_batches_are_checked_once_per_kind_of_call(paths, rng, checked):
     """The first call of a kind (dtypes, shapes, strides, flags, opset) makes the general
     path's checks and dispatch, and repeated calls of that kind take the path it chose without
-    them: BLAS for small float batches, the own kernels for long ones, nothing for an empty
+    them: BLAS for small narrow float batches, the own kernels for long ones, nothing for an empty
     batch.  A broadcast batch, K = 0 and an explicit opset are kinds of their own; a mismatch
     is checked, and raises, on every call."""
-    a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 16), F32)
+    a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 4), F32)  # narrow: BLAS
     long_batch = operand(rng, (4096, 8, 8), F64), operand(rng, (4096, 8, 8), F64)
     empty_batch = operand(rng, (0, 5, 3), F32), operand(rng, (0, 3, 4), F32)
     for _ in range(3):
@@ -861,9 +888,11 @@ def test_int8_is_refused_and_other_byte_orders_converted(rng):
 # ------------------------------------------------------------------------------------------
 # compilation
 # ------------------------------------------------------------------------------------------
-def test_one_specialization_per_dtype(rng):
+def test_one_specialization_per_dtype(rng, monkeypatch):
     """2-D, batched, broadcast and strided calls all reach the same compiled direct kernel
     (a second argument type would be compiled outside the SLP launcher)."""
+    monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
+    plans.clear()
     for sa, sb in [((20, 30), (30, 40)), ((3, 20, 30), (3, 30, 40)), ((2, 1, 20, 30), (3, 30, 40))]:
         noo.matmul(operand(rng, sa, I32, "F"), operand(rng, sb, I32))
         noo.matmul(operand(rng, sa, I32), operand(rng, sb, I32, "step"))

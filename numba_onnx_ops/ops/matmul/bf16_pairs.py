@@ -34,7 +34,7 @@ from ...core.dtypes import kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
 from . import kernels as _k
-from .half_panels import run_half_blas
+from .half_panels import run_half_panels
 from .microkernel import tile_shape
 
 _U32 = np.dtype(np.uint32)
@@ -103,7 +103,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
             _k.pack_bf16_pairs, abuf, aorg, ars, acs, ap, bbuf, borg, brs, bcs, bp, k, emin
         )
         if not inputs_safe(emin, m):
-            run_half_blas(a3[index], b3[index], (), m, n, k, target[index])
+            run_half_panels(a3[index], b3[index], (), m, n, k, target[index])
             continue
         for r0, rb, count in blocks:
             # ``count`` blocks of ``rb`` rows, each a batch entry of the micro-kernel's launch:
@@ -115,7 +115,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
             b_off = np.zeros(count, np.int64)
             chunks = min(count * -(-n // nr), 2 * _TASKS_PER_THREAD * numba.get_num_threads())
             parallel.launch(_k.matmul_vector, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp,
-                   chunks, tile)  # fmt: skip
+                   kp, False, chunks, tile)  # fmt: skip
 
 
 def _row_blocks(rows: int, strips: int) -> list[tuple[int, int, int]]:

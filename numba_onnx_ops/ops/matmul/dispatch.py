@@ -2,14 +2,18 @@
 
 For validated operands (``decisions.check``), ``run``:
 
-- float32/float64 products whose layout numpy's BLAS takes (``blas.blasable``), except long
-  batches of small matrices: ``numpy.matmul`` (OpenBLAS).  OpenBLAS has no launch cost and
-  packs its operands, so single products stay with it; numpy calls it once per matrix of a
-  batch, on one thread for small ones, so such batches go to the own vector micro-kernel.
+- float32/float64 products on a CPU with AVX2 and FMA, but for matrix-vector products and
+  products narrower than half a vector: the own kernels of one accumulation order, each element
+  a chain of fused multiply-adds over k (``own.keeps_order``), on numba's threads.  Measured
+  beside OpenBLAS, MLAS and MKL (``bench --cases gemm``), they are as fast or faster at the
+  shapes of inference, and their bits depend only on the values: not on the thread count, the
+  batch position, the rows computed with them or the operands' memory order.
+- other float32/float64 products whose layout numpy's BLAS takes (``blas.blasable``), except
+  long batches of small matrices: ``numpy.matmul`` (OpenBLAS).
 - large bfloat16 products on CPUs whose AVX512_BF16 pair dot products outrun float32 FMAs
   (``bf16_pairs``), unless an operand could make the instruction flush a subnormal.
-- other large float16/bfloat16 products: numpy's sgemm on bounded float32 panels
-  (``half_panels``).
+- other large float16/bfloat16 products: bounded float32 panels on the float micro-kernel
+  (``half_panels``), in the float products' order.
 - everything else (integers, smaller half products, long batches of small float matrices,
   layouts BLAS cannot take): the own kernels (``own`` picks one by shape).
 
@@ -107,15 +111,16 @@ def _own_paths(a2, b2, batch, m, n, k):
     dt = a2.dtype
     if is_bfloat16(dt) and bf16_pairs.pairs_win(m, n, k):
         return lambda a2, b2, target: bf16_pairs.run_bf16_pairs(a2, b2, batch, m, n, k, target)
-    if dt.itemsize == 2 and half_blas_wins(m, n, k):
-        return lambda a2, b2, target: half_panels.run_half_blas(a2, b2, batch, m, n, k, target)
+    if dt.itemsize == 2 and half_panels_win(m, n, k):
+        return lambda a2, b2, target: half_panels.run_half_panels(a2, b2, batch, m, n, k, target)
     return own.plan(a2, b2, batch, m, n, k)
 
 
 def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:
-    """Whether numpy's BLAS beats the own kernels on a validated float32/float64 product of
-    2-D-promoted operands (``nbatch`` matrices; 1 without batch dimensions)."""
-    if not (blas.blasable(a2) and blas.blasable(b2)):
+    """Whether numpy's BLAS takes a validated float32/float64 product of 2-D-promoted operands
+    (``nbatch`` matrices; 1 without batch dimensions): never where the own kernels keep the
+    accumulation order, else where it is faster."""
+    if own.keeps_order(dtype, m, n) or not (blas.blasable(a2) and blas.blasable(b2)):
         return False
     mnk = m * n * k
     if nbatch >= tuning.OWN_MIN_BATCH[dtype] and mnk <= tuning.OWN_MAX_MNK[dtype]:
@@ -126,7 +131,7 @@ def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> b
     return True
 
 
-def half_blas_wins(m: int, n: int, k: int) -> bool:
-    """Whether a float16/bfloat16 product is large enough for sgemm on float32 panels.
+def half_panels_win(m: int, n: int, k: int) -> bool:
+    """Whether a float16/bfloat16 product is large enough for float32 panels.
     Vectors stay on the own kernels, which widen halves in registers."""
-    return m > 1 and n > 1 and m * n * k >= tuning.HALF_BLAS_MIN
+    return m > 1 and n > 1 and m * n * k >= tuning.HALF_PANELS_MIN

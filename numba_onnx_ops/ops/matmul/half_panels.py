@@ -1,47 +1,54 @@
-"""float16/bfloat16 products as float32 sgemm over bounded panels, rounded once.
+"""float16/bfloat16 products as float32 products over bounded panels, rounded once.
 
-The kernels widen panels of the half operands to float32 (in parallel, F16C for float16),
-numpy's BLAS multiplies them accumulating in float32, and each C tile is narrowed into the
-result with one rounding: "accumulate in float32, round once" at BLAS speed.  The panels of A
+The kernels widen panels of the half operands to float32 (in parallel, F16C for float16), the
+vector micro-kernel multiplies them accumulating in float32, in the float products' order (each
+element one chain of fused multiply-adds over k, continued across K's panels), and each C tile
+is narrowed into the result with one rounding: "accumulate in float32, round once".  Where the
+micro-kernel does not apply (no AVX2 and FMA, or tiles narrower than a vector) numpy's sgemm
+multiplies the panels.  The panels of A
 and B are bounded whatever the operands' size; the float32 tiles of C grow as K gets shorter,
 up to the result's shape (see ``PANEL``).
 """
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
 from ...runtime import parallel
-from . import blas
+from . import blas, own
 from . import kernels as _k
 
 _F32 = np.dtype(np.float32)
 
 # float32 panels of A and B: at most this many elements each (4 MiB), whatever the operands'
 # size; a 1024x1024 operand fits in one panel.  The tile of C and the one of partial sums are
-# mb x nb each, mb and nb at most max(PANEL_MIN, PANEL // kc) with kc = min(K, PANEL_KMAX):
-# 4 MiB each from K = 1024 on, but for shorter K up to the result's shape in float32 (a
-# 4096 x 4096 result with K = 16: about 134 MB of scratch).
+# mb x nb each, mb and nb at most max(PANEL_MIN, PANEL // kc) with kc = min(K, PANEL_KMAX)
+# (the result's rows and columns cut in even parts of at most that): 4 MiB each from K = 1024
+# on, but for shorter K up to the result's shape in float32 (a 4096 x 4096 result with K = 16:
+# about 134 MB of scratch).
 PANEL = 1 << 20
-PANEL_MIN = 256  # rows or columns of a tile at the least, however long K is
-PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, partial sums added
+PANEL_MIN = 256  # the bound on a tile's rows and columns, however long K is
+PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, the sums continued
 
 
-def run_half_blas(a2, b2, batch, m, n, k, target) -> None:
+def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
     """``target[...] = a2 @ b2`` for validated 2-D-promoted half operands (batch dimensions
     ``batch``) into a C-contiguous ``target``.
 
-    Per tile of C (mb x nb, all of K): widen a panel of A and of B to float32, sgemm them,
-    accumulating in float32, and narrow the tile into the result.  A B panel serves every row
-    tile; an A panel is widened once per column tile (once in all when one tile spans the
-    columns).
+    Per tile of C (mb x nb, all of K): widen a panel of A and of B to float32, multiply them
+    accumulating in float32 (``_multiply``), and narrow the tile into the result.  A B panel
+    serves every row tile; an A panel is widened once per column tile (once in all when one
+    tile spans the columns).
     """
     kind = kernel_view(a2)[1]
     kc = min(k, PANEL_KMAX)
-    nb = min(n, max(PANEL_MIN, PANEL // kc))
-    mb = min(m, max(PANEL_MIN, PANEL // kc))
+    # (tiles of even widths: a last column tile no narrower than half the others, so that it
+    # takes the micro-kernel as they do, not BLAS and its order)
+    nb = _even(n, max(PANEL_MIN, PANEL // kc))
+    mb = _even(m, max(PANEL_MIN, PANEL // kc))
     scratch = np.empty(mb * kc + kc * nb + 2 * mb * nb, _F32)
     out = kernel_view(target)[0].reshape(-1)
     a3 = np.broadcast_to(a2, batch + a2.shape[-2:])
@@ -66,13 +73,39 @@ def run_half_blas(a2, b2, batch, m, n, k, target) -> None:
                         _k.widen_panels,
                         abuf, ao, ars, acs, new_a, bbuf, bo, brs, bcs, new_b, kind,
                     )  # fmt: skip
-                    with np.errstate(all="ignore"):  # IEEE results, as the own kernels
-                        if k0 == 0:
-                            blas.matmul(af, bf, out=cf)
-                        else:
-                            blas.matmul(af, bf, out=part)
-                            cf += part
+                    _multiply(af, bf, cf, part, k0 > 0)
                 parallel.launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
+
+
+def _even(size: int, most: int) -> int:
+    """The largest of equal parts (the last one shorter by less than one per part) that cut
+    ``size`` into as few parts of at most ``most`` as can be."""
+    return -(-size // -(-size // most))
+
+
+def _multiply(af, bf, cf, part, onto: bool) -> None:
+    """``cf = af @ bf`` in float32, or with ``onto`` ``cf += af @ bf`` continuing each element's
+    chain of fused multiply-adds: on the vector micro-kernel where its tile fits the columns,
+    else numpy's sgemm (partial sums added, through ``part``)."""
+    mi, kk = af.shape
+    nj = bf.shape[1]
+    tile, nr = own.vector_tile(_F32, nj)
+    if tile is not None:
+        chunks = min(-(-nj // nr), 8 * numba.config.NUMBA_NUM_THREADS)
+        parallel.launch(
+            _k.matmul_vector, own.pool_buffer(af), _ORIGIN, kk, 1, own.pool_buffer(bf), _ORIGIN,
+            nj, cf.reshape(1, mi, nj), mi, nj, kk, own.k_block(_F32, kk), onto, chunks, tile,
+        )  # fmt: skip
+        return
+    with np.errstate(all="ignore"):  # IEEE results, as the own kernels
+        if not onto:
+            blas.matmul(af, bf, out=cf)
+        else:
+            blas.matmul(af, bf, out=part)
+            cf += part
+
+
+_ORIGIN = np.zeros(1, np.int64)  # (each panel is one matrix from its first element)
 
 
 def _panels(scratch: np.ndarray, tile: tuple[int, int, int], mi: int, kk: int, nj: int):

@@ -35,7 +35,7 @@ from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array
 from ...runtime.vectors import prefetch_rows_for_write
 from ...tuning import PREFETCH_MIN_K
-from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
+from .microkernel import call_whole, tile_cols, tile_rows, vector_tile, vector_tile_onto
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -357,16 +357,41 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
         vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
 
 
+@njit(inline="always")
+def _edge_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip, edge):
+    """A block of the shifted last strip of ``matmul_vector`` when sums run over several
+    blocks of k: computed in ``edge`` (from C's sums with ``onto``) and stored from column
+    ``skip`` on only.  The earlier strip continues the overlap once, and this one never
+    writes it, which another thread may be continuing at that moment."""
+    NR = tile_cols(tile)
+    if onto:
+        for r in range(rows):
+            for j in range(NR):
+                edge[r * NR + j] = c[co + r * c_rs + j]
+        vector_tile_onto(a, ao, a_rs, a_cs, b, bo, b_rs, edge, 0, NR, K, rows, tile)
+    else:
+        vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, edge, 0, NR, K, rows, tile)
+    for r in range(rows):
+        for j in range(skip, NR):
+            c[co + r * c_rs + j] = edge[r * NR + j]
+
+
 @kernel(parallel=True)
-def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, tile):
+def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, kc, onto, chunks, tile):
     """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel.
 
     B must have unit column stride and N >= the tile's width NR.  Work items are (batch
-    entry, strip of NR columns), split into ``chunks`` tasks; per item the strip's row blocks
-    each run the whole K loop in registers.  The last strip is shifted left to end at N (its
-    overlap is computed twice, identically); the last row block re-reads row M-1 and stores
-    only the rows that exist.  (Copying the strip of B to a contiguous buffer first, so rows
-    a power of two apart do not share L1 sets, measured no faster on 128x64x128 batches.)
+    entry, strip of NR columns), split into ``chunks`` tasks; a task walks K in blocks of
+    ``kc`` and, per block, its items' strips, whose row blocks each run the block's k loop in
+    registers: the first block starts the sums (or, with ``onto``, continues those in
+    ``out``), the others continue them from C (``vector_tile_onto``), so every element is one
+    chain of fused multiply-adds in order of k whatever ``kc``.  With one block, a strip's
+    rows of B stay in cache while its row blocks pass; blocks of k bound that strip to L2.
+    The last strip is shifted left to end at N: its overlap is computed twice, identically,
+    or, where sums are continued from C, through a copy that stores only its own columns
+    (``_edge_block``).  The last row block re-reads row M-1 and stores only the rows that
+    exist.  (Copying the strip of B to a contiguous buffer first, so rows a power of two
+    apart do not share L1 sets, measured no faster on 128x64x128 batches.)
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -380,31 +405,49 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, chunks, ti
     nstrips = (N + NR - 1) // NR
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
+    blocked = kc < K or onto  # sums continued from C
     saved = set_chunksize(1)  # tasks balanced as they run (see schedule.py)
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
-        # (batch entry, strip) advance as counters: no division per item
+        edge = heap_array(MR * NR if blocked and N % NR else 0, flat)
         first = t * per
-        bi = first // nstrips
-        s = first - bi * nstrips
-        for _ in range(first, min(items, first + per)):
-            j0 = min(s * NR, N - NR)
-            ao = a_off[bi]
-            bo = b_off[bi] + j0
-            co = bi * M * N + j0
-            for i0 in range(0, M, MR):
-                if K >= PREFETCH_MIN_K:  # the next block's C rows
-                    ahead = min(MR, M - i0 - MR)
-                    prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
-                _vector_block(
-                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
-                    min(MR, M - i0), tile,
-                )  # fmt: skip
-            s += 1
-            if s == nstrips:
-                s = 0
-                bi += 1
+        for k0 in range(0, K, kc):
+            kk = min(kc, K - k0)
+            # (batch entry, strip) advance as counters: no division per item
+            bi = first // nstrips
+            s = first - bi * nstrips
+            for _ in range(first, min(items, first + per)):
+                j0 = min(s * NR, N - NR)
+                ao = a_off[bi] + k0 * a_cs
+                bo = b_off[bi] + j0 + k0 * b_rs
+                co = bi * M * N + j0
+                skip = s * NR - j0  # (the shifted last strip's columns an earlier one has)
+                for i0 in range(0, M, MR):
+                    rows = min(MR, M - i0)
+                    if skip > 0 and blocked:
+                        _edge_block(
+                            a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N,
+                            kk, rows, tile, k0 > 0 or onto, skip, edge,
+                        )  # fmt: skip
+                        continue
+                    if k0 > 0 or onto:
+                        vector_tile_onto(
+                            a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N,
+                            kk, rows, tile,
+                        )  # fmt: skip
+                        continue
+                    if kk >= PREFETCH_MIN_K:  # the next block's C rows
+                        ahead = min(MR, M - i0 - MR)
+                        prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
+                    _vector_block(
+                        a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, kk,
+                        rows, tile,
+                    )  # fmt: skip
+                s += 1
+                if s == nstrips:
+                    s = 0
+                    bi += 1
     set_chunksize(saved)
 
 
@@ -449,12 +492,15 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
             out[bi, i] = narrow(acc[0], kind, out)
 
 
-@kernel(parallel=True, fastmath=_FASTMATH)
+@kernel(parallel=True, fastmath={"contract"})
 def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols, acc_proto):
     """out[b, j] = sum_k x[b, k] * B[b, k, j]: rows of B scaled and added, ``cols`` per task.
 
     Vector-matrix products are bound by reading B once; each task keeps an accumulator strip
-    of ``cols`` elements in L1 and streams its band of B row by row.
+    of ``cols`` elements in L1 and streams its band of B, four rows at a time: per vector of
+    the strip, one load and one store of the sums carry four fused multiply-adds, one per row
+    in order of k (only contraction is allowed, no reassociation), so each sum is the same
+    chain of FMAs over k as on the micro-kernel's paths.
     """
     nbatch = out.shape[0]
     ntasks = (N + cols - 1) // cols
@@ -468,7 +514,30 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         for j in range(nj):
             acc[j] = 0
         xo = x_off[bi]
-        for k in range(K):
+        k4 = K - K % 8
+        for k in range(0, k4, 8):
+            r0 = b_off[bi] + k * b_rs + j0 * b_cs
+            x0 = widen(_at(x, xo + k * x_s), kind)
+            x1 = widen(_at(x, xo + (k + 1) * x_s), kind)
+            x2 = widen(_at(x, xo + (k + 2) * x_s), kind)
+            x3 = widen(_at(x, xo + (k + 3) * x_s), kind)
+            x4 = widen(_at(x, xo + (k + 4) * x_s), kind)
+            x5 = widen(_at(x, xo + (k + 5) * x_s), kind)
+            x6 = widen(_at(x, xo + (k + 6) * x_s), kind)
+            x7 = widen(_at(x, xo + (k + 7) * x_s), kind)
+            for j in range(nj):
+                s = acc[j]
+                r = r0 + j * b_cs
+                s += x0 * widen(_at(b, r), kind)
+                s += x1 * widen(_at(b, r + b_rs), kind)
+                s += x2 * widen(_at(b, r + 2 * b_rs), kind)
+                s += x3 * widen(_at(b, r + 3 * b_rs), kind)
+                s += x4 * widen(_at(b, r + 4 * b_rs), kind)
+                s += x5 * widen(_at(b, r + 5 * b_rs), kind)
+                s += x6 * widen(_at(b, r + 6 * b_rs), kind)
+                s += x7 * widen(_at(b, r + 7 * b_rs), kind)
+                acc[j] = s
+        for k in range(k4, K):
             xk = widen(_at(x, xo + k * x_s), kind)
             brow = b_off[bi] + k * b_rs + j0 * b_cs
             for j in range(nj):

@@ -110,6 +110,20 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     can occur.  The float32 sums are rounded once to bfloat16 (``vcvtneps2bf16``: to nearest
     even, NaN stays NaN) as they are stored.
     """
+    return _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, False)
+
+
+@intrinsic
+def vector_tile_onto(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
+    """``vector_tile`` continuing the sums already in the C block: each row's accumulators start
+    from its stored values (a row past ``rows`` from the last row's), so blocks of k run one
+    after another extend every element's chain of fused multiply-adds in order of k, the same
+    chain as one block of all of K.  Floats and integers only: the bfloat16 pairs' C holds
+    rounded sums, so their blocks take all of K (this compiles for them, and traps if run)."""
+    return _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, True)
+
+
+def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto):
     dims = _tile_dims(tile)
     if dims is None:
         return None
@@ -190,6 +204,22 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
 
         # Row pointers of A, the rows past ``rows`` clamped to the last one.
         last = builder.sub(rows_, ir.Constant(i64, 1))
+        starts = [zero] * (mr * nv)
+        if onto and pairs:
+            trap = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap"
+            )
+            builder.call(trap, [])
+        elif onto:  # the sums so far, from C's rows (clamped as A's)
+            for r in range(mr):
+                rr = ir.Constant(i64, r)
+                rr = builder.select(builder.icmp_signed("<", rr, last), rr, last)
+                crow = builder.gep(cp, [builder.add(co_, builder.mul(rr, c_rs_))])
+                for v in range(nv):
+                    ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
+                    starts[r * nv + v] = builder.load(
+                        builder.bitcast(ptr, vptr), align=align
+                    )  # fmt: skip
         arows = []
         for r in range(mr):
             rr = ir.Constant(i64, r)
@@ -205,9 +235,9 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
         k = builder.phi(i64)
         k.add_incoming(ir.Constant(i64, 0), entry)
         accs = []
-        for _ in range(mr * nv):
+        for start in starts:
             phi = builder.phi(acct)
-            phi.add_incoming(zero, entry)
+            phi.add_incoming(start, entry)
             accs.append(phi)
         brow = builder.gep(bbase, [builder.mul(k, b_rs_)])
         bvecs = [

@@ -53,13 +53,18 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
 
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
-    if m == 1:  # vector-matrix: rows of B scaled and added, 1024 columns per task
+    if m == 1:  # vector-matrix: rows of B scaled and added, up to 1024 columns per task
+        cols = 1024
+        while cols > 64 and nbatch * -(-n // cols) < 2 * _NTHREADS:  # every thread some work
+            cols //= 2
 
         def args(ab, bb, t):
             out = t.reshape(nbatch, n)
-            return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, 1024, acc
+            return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
+    if b_cs != 1 and a.dtype in (_F32, _F64) and vector_tile(a.dtype, n)[0] is not None:
+        return _with_unit_columns(a, b, batch, m, n, k)
     work = nbatch * m * n * k
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
@@ -73,9 +78,11 @@ def plan(a, b, batch, m, n, k):
     if tile is not None:
         chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
 
+        kc = k_block(a.dtype, k)
+
         def args(ab, bb, t):
             out = t.reshape(nbatch, m, n)
-            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, out, m, n, k, chunks, tile
+            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, out, m, n, k, kc, False, chunks, tile
 
         return _step(_k.matmul_vector, args, a, b, work, nbatch * m * n)
     if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
@@ -105,6 +112,33 @@ def plan(a, b, batch, m, n, k):
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
 
 
+def keeps_order(dtype: np.dtype, m: int, n: int) -> bool:
+    """Whether ``plan`` multiplies float32/float64 operands of ``m`` rows and ``n`` columns on
+    a path of the documented order, where each element of C is one chain of fused
+    multiply-adds over k in order, from zero (docs/design.md, "The accumulation order"): the
+    vector micro-kernel (B's columns first copied to unit stride where they are not), whole
+    tiny matrices, single rows of A.  Not matrix-vector products (N = 1, a reassociated dot
+    product per row) nor products narrower than half a vector."""
+    return bool(vector_bits()) and n > 1 and (m == 1 or vector_tile(dtype, n)[0] is not None)
+
+
+def k_block(dtype: np.dtype, k: int) -> int:
+    """The micro-kernel's block of k (``matmul_vector``'s ``kc``): all of K up to
+    ``tuning.VECTOR_KC``, else even blocks of at most that, so that a strip of B
+    (``kc`` rows of the tile's width) stays in L2 while the row blocks pass."""
+    most = tuning.VECTOR_KC[dtype] if dtype in tuning.VECTOR_KC else k
+    return -(-k // -(-k // most))
+
+
+def _with_unit_columns(a, b, batch, m, n, k):
+    """The step of a float product whose B columns are not unit-stride (a Fortran-ordered or
+    transposed B): a C-contiguous copy of B's own elements (its batch dimensions are not
+    broadcast), then the step of such operands, so that the product takes the vector
+    micro-kernel and its order."""
+    inner = plan(a, np.empty(b.shape, b.dtype), batch, m, n, k)
+    return lambda a, b, target: inner(a, np.ascontiguousarray(b), target)
+
+
 def _step(kernel, args, a, b, work: int, size: int):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
     kernel view)``: on the pool, or for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
@@ -116,7 +150,7 @@ def _step(kernel, args, a, b, work: int, size: int):
 
         def on_pool(a, b, target):
             t = kernel_view(target)[0]
-            parallel.launch(kernel, *args(_pool_buffer(a), _pool_buffer(b), t))
+            parallel.launch(kernel, *args(pool_buffer(a), pool_buffer(b), t))
 
         return on_pool
     kind = kernel_view(a)[0].dtype
@@ -136,7 +170,7 @@ def _step(kernel, args, a, b, work: int, size: int):
     return here
 
 
-def _pool_buffer(x: np.ndarray) -> np.ndarray:
+def pool_buffer(x: np.ndarray) -> np.ndarray:
     """The flat read-only buffer of an operand (``operand``), for the pool's kernels, which
     take every operand so (their SLP builds are made for one signature per dtype)."""
     return flat_buffer(kernel_view(x)[0])[0]
@@ -145,14 +179,14 @@ def _pool_buffer(x: np.ndarray) -> np.ndarray:
 def _buffer_of(x: np.ndarray):
     """The function that gives the flat buffer of an operand of ``x``'s dtype and flags for
     the calling thread's twins: a C-contiguous, aligned, writable operand itself, flat
-    (cheaper than ``_pool_buffer``'s read-only view; a plan's operands always have the same
+    (cheaper than ``pool_buffer``'s read-only view; a plan's operands always have the same
     flags, so one signature either way)."""
     flags = x.flags
     if flags.c_contiguous and flags.aligned and flags.writeable:
         if kernel_view(x)[1] != NATIVE:
             return lambda x: x.view(np.uint16).reshape(-1)
         return lambda x: x.reshape(-1)
-    return _pool_buffer
+    return pool_buffer
 
 
 def vector_int64() -> bool:

@@ -1,0 +1,190 @@
+"""The float products' accumulation order: each element of C is one chain of fused
+multiply-adds over k, in order, from zero (docs/design.md, "The accumulation order").
+
+Every path that keeps the order is checked bit for bit against an exact oracle of that chain
+(``oracles.matmul_fma_chain``), for both register widths of the micro-kernel (LLVM splits
+wider vectors than the CPU's, so both run on any x86-64 CPU), and the invariances it buys are
+checked directly: the same bits on 1 and 2 threads, for a row alone or inside a batch, at any
+batch position, in C or Fortran order, on AVX-512 and on AVX2 tiles.  Half types on float32
+panels follow the same chain in float32 and round once.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import ml_dtypes
+import numba
+import numpy as np
+import pytest
+from oracles import assert_matmul_close, assert_same_values, matmul_fma_chain, round_to_format
+from spies import Launches, spy_on_kernels
+
+import numba_onnx_ops as noo
+
+own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
+half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
+pairs = importlib.import_module("numba_onnx_ops.ops.matmul.bf16_pairs")
+tuning = importlib.import_module("numba_onnx_ops.tuning")
+plans = importlib.import_module("numba_onnx_ops.core.plans")
+
+F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
+F16, BF16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+
+pytestmark = pytest.mark.skipif(not own.vector_bits(), reason="no AVX2+FMA: floats on BLAS")
+
+
+@pytest.fixture
+def paths(monkeypatch) -> Launches:
+    seen = Launches()
+    spy_on_kernels(monkeypatch, lambda name, place: seen.add(name, place))
+    return seen
+
+
+@pytest.fixture(params=[512, 256], ids=["avx512", "avx2"])
+def width(request, monkeypatch):
+    """The micro-kernel's tiles and whole-matrix code for each register width."""
+    caches = (own.vector_tile, own.whole_function)
+    monkeypatch.setattr(own, "vector_bits", lambda: request.param)
+    for cached in caches:
+        cached.cache_clear()
+    yield request.param
+    for cached in caches:
+        cached.cache_clear()
+
+
+def values(rng, shape, dtype) -> np.ndarray:
+    """Random values with full significands, of both signs and a few binades apart, so that
+    any other order or an unfused step changes some last bit."""
+    x = rng.uniform(0.5, 1, shape) * np.exp2(rng.integers(-3, 4, shape))
+    return (x * rng.choice([-1, 1], shape)).astype(dtype)
+
+
+# (A shape, B shape, the path): every kernel of the order, around its blocks and edges
+SHAPES = [
+    ((5, 3), (3, 8), "matmul_whole"),  # tiny matrices, straight-line code
+    ((3, 7, 5), (3, 5, 16), "matmul_whole"),
+    ((17, 40), (40, 70), "matmul_vector"),  # row blocks + 1, a shifted last strip
+    ((9, 17), (17, 33), "matmul_vector"),
+    ((2, 13, 9), (9, 19), "matmul_vector"),  # broadcast B
+    ((1, 37), (37, 50), "matmul_cols_axpy"),  # one row: K not a multiple of the 8-row groups
+    ((37,), (37, 9), "matmul_cols_axpy"),
+    ((3, 1, 29), (3, 29, 20), "matmul_cols_axpy"),
+]
+
+
+@pytest.mark.parametrize("a_shape, b_shape, path", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_each_path_is_the_fma_chain(paths, width, dtype, a_shape, b_shape, path):
+    rng = np.random.default_rng(11)
+    a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
+    m = a_shape[-2] if len(a_shape) > 1 else 1
+    if path == "matmul_whole" and own.whole_function(dtype, m, b_shape[-1], a_shape[-1]) is None:
+        path = "matmul_vector"  # (no whole-matrix code for this shape at this width)
+    got = noo.matmul(a, b)
+    want = matmul_fma_chain(np.atleast_2d(a), b if b.ndim > 1 else b[:, None])
+    assert_same_values(got, want.reshape(got.shape))
+    assert paths == [path]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_blocks_of_k_continue_the_chain(paths, width, monkeypatch, dtype):
+    """K in blocks (sums continued from C), a last strip shifted onto the one before it."""
+    monkeypatch.setattr(tuning, "VECTOR_KC", {F32: 16, F64: 16})
+    rng = np.random.default_rng(12)
+    for a_shape, b_shape in [((7, 50), (50, 20)), ((2, 9, 33), (2, 33, 45)), ((3, 40), (40, 8))]:
+        a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
+        assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
+    assert set(paths) == {"matmul_vector"}
+
+
+@pytest.mark.parametrize("layout", ["F", "T", "step", "neg"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_any_layout_is_the_same_chain(paths, dtype, layout):
+    rng = np.random.default_rng(13)
+    a, b = values(rng, (2, 19, 23), dtype), values(rng, (2, 23, 21), dtype)
+    want = matmul_fma_chain(a, b)
+
+    def laid(x):
+        if layout == "F":
+            return np.asfortranarray(x)
+        if layout == "T":
+            return np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2)
+        if layout == "step":
+            big = np.zeros(x.shape[:-2] + (2 * x.shape[-2], 3 * x.shape[-1]), x.dtype)
+            big[..., ::2, ::3] = x
+            return big[..., ::2, ::3]
+        return np.ascontiguousarray(x[..., ::-1, ::-1])[..., ::-1, ::-1]
+
+    for aa, bb in [(laid(a), b), (a, laid(b)), (laid(a), laid(b))]:
+        assert_same_values(noo.matmul(aa, bb), want)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_the_same_bits_on_one_and_two_threads_and_in_any_batch_position(dtype, monkeypatch):
+    rng = np.random.default_rng(14)
+    a, b = values(rng, (300, 200), dtype), values(rng, (200, 150), dtype)
+    monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = noo.matmul(a, b)
+        numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
+        plans.clear()
+        two = noo.matmul(a, b)
+    finally:
+        numba.set_num_threads(before)
+    assert_same_values(one, two)
+    assert_matmul_close(two, a, b)
+    # a row alone, a block of rows, the product inside a batch at positions 0 and 3
+    assert_same_values(noo.matmul(a[7], b), two[7])
+    assert_same_values(noo.matmul(a[7:12], b), two[7:12])
+    batch_a = np.stack([values(rng, a.shape, dtype), a, a[::-1], a])
+    batch = noo.matmul(batch_a, b)
+    assert_same_values(batch[1], two)
+    assert_same_values(batch[3], two)
+    assert_same_values(noo.matmul(batch_a[1:2], np.stack([b])), two[None])
+
+
+def test_the_same_bits_on_avx512_and_avx2_tiles(monkeypatch):
+    rng = np.random.default_rng(15)
+    a, b = values(rng, (3, 45, 60), F32), values(rng, (60, 130), F32)
+    results = []
+    for bits in (512, 256):
+        monkeypatch.setattr(own, "vector_bits", lambda bits=bits: bits)
+        own.vector_tile.cache_clear()
+        own.whole_function.cache_clear()
+        plans.clear()
+        results.append(noo.matmul(a, b))
+    own.vector_tile.cache_clear()
+    own.whole_function.cache_clear()
+    assert_same_values(results[0], results[1])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_specials_and_empty_sums(dtype):
+    rng = np.random.default_rng(16)
+    a, b = values(rng, (9, 20), dtype), values(rng, (20, 33), dtype)
+    a[1, 3], a[2, 5], b[7, 4] = np.inf, np.nan, -np.inf
+    got = noo.matmul(a, b)
+    with np.errstate(invalid="ignore"):
+        want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    inf = np.isinf(want)
+    assert np.array_equal(got[inf], want[inf].astype(dtype))
+    assert_same_values(noo.matmul(a[:, :0], b[:0]), np.zeros((9, 33), dtype))  # k = 0
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+def test_half_panels_follow_the_chain_in_float32(monkeypatch, dtype):
+    """float32 panels, K over several panels (sums continued across them), a ragged last
+    column tile: the float32 chain, rounded once to the half type."""
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    monkeypatch.setattr(half, "PANEL", 600)
+    monkeypatch.setattr(half, "PANEL_MIN", 16)
+    monkeypatch.setattr(half, "PANEL_KMAX", 24)
+    rng = np.random.default_rng(17)
+    a, b = values(rng, (12, 60), dtype), values(rng, (60, 29), dtype)
+    want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
+    assert_same_values(noo.matmul(a, b), want)
