@@ -996,7 +996,7 @@ def test_vector_kernel_inner_loop():
 
     @numba.njit
     def block(a, b, c, k, tile):
-        vector_tile(a, 0, k, 1, b, 0, nr, c, 0, nr, k, mr, tile)
+        vector_tile(a, 0, k, 1, b, 0, nr, c, 0, nr, k, mr, tile, False, 0)
 
     k = 37
     a = np.arange(mr * k, dtype=F32) % 7 - 3

@@ -115,7 +115,7 @@ def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
             b_off = np.zeros(count, np.int64)
             chunks = min(count * -(-n // nr), 2 * _TASKS_PER_THREAD * numba.get_num_threads())
             parallel.launch(_k.matmul_vector, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp,
-                   kp, False, chunks, tile)  # fmt: skip
+                   False, chunks, tile)  # fmt: skip
 
 
 def _row_blocks(rows: int, strips: int) -> list[tuple[int, int, int]]:

@@ -35,7 +35,7 @@ from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array
 from ...runtime.vectors import prefetch_rows_for_write
 from ...tuning import PREFETCH_MIN_K
-from .microkernel import call_whole, tile_cols, tile_rows, vector_tile, vector_tile_onto
+from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -341,57 +341,39 @@ def matmul_small(a, a_off, a_rs, a_cs, b, b_off, b_rs, kind, out, M, N, K, acc_p
                     flat[np.uint64(oo + i * N + j0 + j)] = narrow(acc[0, j], kind, out)
 
 
-@njit(inline="always")
-def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
-    """One micro-kernel block: ``rows`` rows (at most MR) of a strip, A read with any strides.
+@helper()
+def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip):
+    """One micro-kernel block: ``rows`` rows (at most MR) of a strip, A read with any strides,
+    the sums started or, with ``onto``, continued from C, the first ``skip`` columns not
+    stored.
 
     Full blocks of A with unit column stride get their own copy with both as constants: with
     the stride a variable, LLVM unrolls the K loop with an address per row and step and spills
     them to the stack, and a constant row count folds the edge checks away.  Only this one
-    extra copy: copies for the edge blocks too lengthened the first call's compilation and
-    ran no faster (the measurements: docs/design.md, "The micro-kernel").
+    extra copy, and a function of its own, not inlined into its callers: every copy of the
+    tile's code lengthens the first call's compilation, and edge blocks ran no faster with
+    theirs (the measurements: docs/design.md, "The micro-kernel").
     """
     if a_cs == 1 and rows == tile_rows(tile):
-        vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, tile_rows(tile), tile)
+        vector_tile(a, ao, a_rs, 1, b, bo, b_rs, c, co, c_rs, K, tile_rows(tile), tile, onto, skip)
     else:
-        vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
-
-
-@njit(inline="always")
-def _edge_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip, edge):
-    """A block of the shifted last strip of ``matmul_vector`` when sums run over several
-    blocks of k: computed in ``edge`` (from C's sums with ``onto``) and stored from column
-    ``skip`` on only.  The earlier strip continues the overlap once, and this one never
-    writes it, which another thread may be continuing at that moment."""
-    NR = tile_cols(tile)
-    if onto:
-        for r in range(rows):
-            for j in range(NR):
-                edge[r * NR + j] = c[co + r * c_rs + j]
-        vector_tile_onto(a, ao, a_rs, a_cs, b, bo, b_rs, edge, 0, NR, K, rows, tile)
-    else:
-        vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, edge, 0, NR, K, rows, tile)
-    for r in range(rows):
-        for j in range(skip, NR):
-            c[co + r * c_rs + j] = edge[r * NR + j]
+        vector_tile(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip)
 
 
 @kernel(parallel=True)
-def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, kc, onto, chunks, tile):
-    """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel.
+def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile):
+    """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel,
+    or with ``onto`` out[b] continued by A[b] @ B[b]: each element's chain of fused
+    multiply-adds over k, in order, goes on from the sum in ``out`` (so K in blocks, one call
+    per block, gives the bits of one call).
 
     B must have unit column stride and N >= the tile's width NR.  Work items are (batch
-    entry, strip of NR columns), split into ``chunks`` tasks; a task walks K in blocks of
-    ``kc`` and, per block, its items' strips, whose row blocks each run the block's k loop in
-    registers: the first block starts the sums (or, with ``onto``, continues those in
-    ``out``), the others continue them from C (``vector_tile_onto``), so every element is one
-    chain of fused multiply-adds in order of k whatever ``kc``.  With one block, a strip's
-    rows of B stay in cache while its row blocks pass; blocks of k bound that strip to L2.
-    The last strip is shifted left to end at N: its overlap is computed twice, identically,
-    or, where sums are continued from C, through a copy that stores only its own columns
-    (``_edge_block``).  The last row block re-reads row M-1 and stores only the rows that
-    exist.  (Copying the strip of B to a contiguous buffer first, so rows a power of two
-    apart do not share L1 sets, measured no faster on 128x64x128 batches.)
+    entry, strip of NR columns), split into ``chunks`` tasks; per item the strip's row blocks
+    each run the whole K loop in registers.  The last strip is shifted left to end at N: its
+    overlap is computed twice, identically, or with ``onto`` stored by the strip before only
+    (continued twice, it would count twice).  The last row block re-reads row M-1 and stores
+    only the rows that exist.  (Copying the strip of B to a contiguous buffer first, so rows
+    a power of two apart do not share L1 sets, measured no faster on 128x64x128 batches.)
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -405,49 +387,32 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, kc, onto, 
     nstrips = (N + NR - 1) // NR
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
-    blocked = kc < K or onto  # sums continued from C
     saved = set_chunksize(1)  # tasks balanced as they run (see schedule.py)
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
-        edge = heap_array(MR * NR if blocked and N % NR else 0, flat)
+        # (batch entry, strip) advance as counters: no division per item
         first = t * per
-        for k0 in range(0, K, kc):
-            kk = min(kc, K - k0)
-            # (batch entry, strip) advance as counters: no division per item
-            bi = first // nstrips
-            s = first - bi * nstrips
-            for _ in range(first, min(items, first + per)):
-                j0 = min(s * NR, N - NR)
-                ao = a_off[bi] + k0 * a_cs
-                bo = b_off[bi] + j0 + k0 * b_rs
-                co = bi * M * N + j0
-                skip = s * NR - j0  # (the shifted last strip's columns an earlier one has)
-                for i0 in range(0, M, MR):
-                    rows = min(MR, M - i0)
-                    if skip > 0 and blocked:
-                        _edge_block(
-                            a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N,
-                            kk, rows, tile, k0 > 0 or onto, skip, edge,
-                        )  # fmt: skip
-                        continue
-                    if k0 > 0 or onto:
-                        vector_tile_onto(
-                            a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N,
-                            kk, rows, tile,
-                        )  # fmt: skip
-                        continue
-                    if kk >= PREFETCH_MIN_K:  # the next block's C rows
-                        ahead = min(MR, M - i0 - MR)
-                        prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
-                    _vector_block(
-                        a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, kk,
-                        rows, tile,
-                    )  # fmt: skip
-                s += 1
-                if s == nstrips:
-                    s = 0
-                    bi += 1
+        bi = first // nstrips
+        s = first - bi * nstrips
+        for _ in range(first, min(items, first + per)):
+            j0 = min(s * NR, N - NR)
+            skip = s * NR - j0 if onto else 0
+            ao = a_off[bi]
+            bo = b_off[bi] + j0
+            co = bi * M * N + j0
+            for i0 in range(0, M, MR):
+                if K >= PREFETCH_MIN_K:  # the next block's C rows
+                    ahead = min(MR, M - i0 - MR)
+                    prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
+                _vector_block(
+                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
+                    min(MR, M - i0), tile, onto, skip,
+                )  # fmt: skip
+            s += 1
+            if s == nstrips:
+                s = 0
+                bi += 1
     set_chunksize(saved)
 
 

@@ -91,9 +91,14 @@ def _tile_cols_ov(tile):
 
 
 @intrinsic
-def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
+def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip):
     """C block ``c[co + r * c_rs + j]`` (r < ``rows``, j < NV * W) =
-    ``sum_k a[ao + min(r, rows - 1) * a_rs + k * a_cs] * b[bo + k * b_rs + j]``, k < ``K``.
+    ``sum_k a[ao + min(r, rows - 1) * a_rs + k * a_cs] * b[bo + k * b_rs + j]``, k < ``K``,
+    or with ``onto`` (a run-time flag) that sum continued from the block's stored values: each
+    row's accumulators start from its row of C (a row past ``rows`` from the last row's), so
+    blocks of k run one after another extend every element's chain of fused multiply-adds in
+    order of k, the same chain as one block of all of K.  The first ``skip`` columns of each
+    row are computed but not stored (masked stores where ``skip`` > 0).
 
     ``a``, ``b`` and ``c`` are 1-D arrays of one type (float32/64 with fused multiply-adds, or
     32/64-bit integers with wrapping multiplies and adds); B rows and C rows are unit-stride
@@ -108,22 +113,8 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
     and each sum rounded to nearest, which is two FMAs in that order, except that subnormal
     inputs read as zero and subnormal sums are flushed to zero: the caller makes sure neither
     can occur.  The float32 sums are rounded once to bfloat16 (``vcvtneps2bf16``: to nearest
-    even, NaN stays NaN) as they are stored.
+    even, NaN stays NaN) as they are stored; ``onto`` must be false (C holds rounded sums).
     """
-    return _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, False)
-
-
-@intrinsic
-def vector_tile_onto(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile):
-    """``vector_tile`` continuing the sums already in the C block: each row's accumulators start
-    from its stored values (a row past ``rows`` from the last row's), so blocks of k run one
-    after another extend every element's chain of fused multiply-adds in order of k, the same
-    chain as one block of all of K.  Floats and integers only: the bfloat16 pairs' C holds
-    rounded sums, so their blocks take all of K (this compiles for them, and traps if run)."""
-    return _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, True)
-
-
-def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto):
     dims = _tile_dims(tile)
     if dims is None:
         return None
@@ -140,10 +131,10 @@ def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, 
     floating = dtype in (types.float32, types.float64)
     if not (floating or (isinstance(dtype, types.Integer) and dtype.bitwidth in (32, 64))):
         return None
-    ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows)
-    if not all(isinstance(x, types.Integer) for x in ints):
+    ints = (ao, a_rs, a_cs, bo, b_rs, co, c_rs, K, rows, skip)
+    if not all(isinstance(x, types.Integer) for x in ints) or not isinstance(onto, types.Boolean):
         return None
-    sig = types.void(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile)
+    sig = types.void(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, onto, skip)
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
@@ -156,8 +147,8 @@ def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, 
             return context.make_array(argtys[i])(context, builder, args[i]).data
 
         ap, bp, cp = data(0), data(4), data(7)
-        ao_, a_rs_, a_cs_, bo_, b_rs_, co_, c_rs_, k_, rows_ = (
-            as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11)
+        ao_, a_rs_, a_cs_, bo_, b_rs_, co_, c_rs_, k_, rows_, skip_ = (
+            as_i64(i) for i in (1, 2, 3, 5, 6, 8, 9, 10, 11, 14)
         )
         ft = context.get_value_type(dtype)
         vt = ir.VectorType(ft, lanes)  # the operands' vectors
@@ -202,24 +193,30 @@ def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, 
 
         zero = ir.Constant(acct, None)
 
-        # Row pointers of A, the rows past ``rows`` clamped to the last one.
         last = builder.sub(rows_, ir.Constant(i64, 1))
         starts = [zero] * (mr * nv)
-        if onto and pairs:
-            trap = cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(ir.VoidType(), []), "llvm.trap"
-            )
-            builder.call(trap, [])
-        elif onto:  # the sums so far, from C's rows (clamped as A's)
-            for r in range(mr):
-                rr = ir.Constant(i64, r)
-                rr = builder.select(builder.icmp_signed("<", rr, last), rr, last)
-                crow = builder.gep(cp, [builder.add(co_, builder.mul(rr, c_rs_))])
-                for v in range(nv):
-                    ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
-                    starts[r * nv + v] = builder.load(
-                        builder.bitcast(ptr, vptr), align=align
-                    )  # fmt: skip
+        if not pairs:  # (the pairs' C holds rounded sums: their blocks take all of K)
+            # the sums so far from C's rows (clamped as A's) with ``onto``, else zero
+            flag = context.cast(builder, args[13], argtys[13], types.boolean)
+            before = builder.block
+            loaded = []
+            with builder.if_then(flag):
+                for r in range(mr):
+                    rr = ir.Constant(i64, r)
+                    rr = builder.select(builder.icmp_signed("<", rr, last), rr, last)
+                    crow = builder.gep(cp, [builder.add(co_, builder.mul(rr, c_rs_))])
+                    for v in range(nv):
+                        ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
+                        loaded.append(builder.load(builder.bitcast(ptr, vptr), align=align))
+                from_c = builder.block
+            starts = []
+            for x in loaded:
+                phi = builder.phi(acct)
+                phi.add_incoming(x, from_c)
+                phi.add_incoming(zero, before)
+                starts.append(phi)
+
+        # Row pointers of A, the rows past ``rows`` clamped to the last one.
         arows = []
         for r in range(mr):
             rr = ir.Constant(i64, r)
@@ -261,17 +258,44 @@ def _tile_intrinsic(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, 
         builder.cbranch(builder.icmp_signed("<", k1, k_), loop, done)
 
         builder.position_at_end(done)
+        c_align = context.get_abi_alignment(c_vec.element)
+        whole_rows = builder.icmp_signed("<=", skip_, ir.Constant(i64, 0))
+        masked_store = cgutils.get_or_insert_function(
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [c_vec, c_vec.as_pointer(), ir.IntType(32),
+                                            ir.VectorType(ir.IntType(1), lanes)]),
+            _masked_store_name(c_vec),
+        )  # fmt: skip
         for r in range(mr):
             crow = builder.gep(cp, [builder.add(co_, builder.mul(ir.Constant(i64, r), c_rs_))])
             store_row = builder.icmp_signed("<", ir.Constant(i64, r), rows_)
             with builder.if_then(store_row, likely=True):
                 for v in range(nv):
                     ptr = builder.gep(crow, [ir.Constant(i64, v * lanes)])
-                    builder.store(finish(new[r * nv + v]), builder.bitcast(ptr, c_vec.as_pointer()),
-                                  align=context.get_abi_alignment(c_vec.element))  # fmt: skip
+                    value, ptr = finish(new[r * nv + v]), builder.bitcast(ptr, c_vec.as_pointer())
+                    with builder.if_else(whole_rows, likely=True) as (plain, masked):
+                        with plain:
+                            builder.store(value, ptr, align=c_align)
+                        with masked:  # (lanes j with v * W + j >= skip)
+                            lane = ir.Constant(ir.VectorType(i64, lanes),
+                                               [v * lanes + j for j in range(lanes)])  # fmt: skip
+                            mask = builder.icmp_signed(
+                                ">=", lane, vector_splat(builder, skip_, lane.type)
+                            )
+                            builder.call(
+                                masked_store,
+                                [value, ptr, ir.Constant(ir.IntType(32), c_align), mask],
+                            )
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _masked_store_name(vt) -> str:
+    """LLVM's masked store intrinsic for vectors of type ``vt`` (typed pointers)."""
+    e = vt.element
+    kind = f"i{e.width}" if isinstance(e, ir.IntType) else {"float": "f32", "double": "f64"}[str(e)]
+    return f"llvm.masked.store.v{vt.count}{kind}.p0v{vt.count}{kind}"
 
 
 # --- whole tiny matrices ----------------------------------------------------------------------

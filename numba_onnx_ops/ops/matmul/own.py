@@ -77,14 +77,19 @@ def plan(a, b, batch, m, n, k):
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
         chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
-
         kc = k_block(a.dtype, k)
+        steps = []
+        for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
+            kk = min(kc, k - k0)
+            a_at, b_at = a_off + k0 * a_cs, b_off + k0 * b_rs
 
-        def args(ab, bb, t):
-            out = t.reshape(nbatch, m, n)
-            return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, out, m, n, k, kc, False, chunks, tile
+            def args(ab, bb, t, a_at=a_at, b_at=b_at, kk=kk, onto=k0 > 0):
+                out = t.reshape(nbatch, m, n)
+                return ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, m, n, kk, onto, chunks, tile
 
-        return _step(_k.matmul_vector, args, a, b, work, nbatch * m * n)
+            work = nbatch * m * n * kk
+            steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
+        return steps[0] if len(steps) == 1 else _in_turn(steps)
     if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
 
         def args(ab, bb, t):
@@ -123,11 +128,21 @@ def keeps_order(dtype: np.dtype, m: int, n: int) -> bool:
 
 
 def k_block(dtype: np.dtype, k: int) -> int:
-    """The micro-kernel's block of k (``matmul_vector``'s ``kc``): all of K up to
-    ``tuning.VECTOR_KC``, else even blocks of at most that, so that a strip of B
-    (``kc`` rows of the tile's width) stays in L2 while the row blocks pass."""
+    """The micro-kernel's block of k: all of K up to ``tuning.VECTOR_KC``, else even blocks
+    of at most that, one ``matmul_vector`` call each (the sums continued from C), so that a
+    strip of B (``kc`` rows of the tile's width) stays in L2 while the row blocks pass."""
     most = tuning.VECTOR_KC[dtype] if dtype in tuning.VECTOR_KC else k
     return -(-k // -(-k // most))
+
+
+def _in_turn(steps):
+    """The step that runs ``steps`` one after another."""
+
+    def step(a, b, target):
+        for s in steps:
+            s(a, b, target)
+
+    return step
 
 
 def _with_unit_columns(a, b, batch, m, n, k):
