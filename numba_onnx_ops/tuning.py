@@ -17,22 +17,13 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 
 # --- MatMul: numpy's BLAS or the own kernels (benchmarks/matmul.py) ---------------------------
-# OpenBLAS has no launch cost and packs its operands, so single float products stay with it.
-# numpy calls it once per matrix of a batch, and runs small ones on one thread: long batches
-# of small matrices go to the own kernels.  Without the vector micro-kernel (no AVX2+FMA, or
-# B's columns not unit-stride) a float batch of at least OWN_MIN_BATCH matrices of at most
-# OWN_MAX_MNK multiply-adds each; float64's vectors hold half as many lanes, so it crosses
-# over later.
+# On CPUs with the vector micro-kernel (AVX2 and FMA) the own kernels take every float product.
+# Elsewhere single float products stay with OpenBLAS, which packs its operands; numpy calls it
+# once per matrix of a batch, and runs small ones on one thread: a float batch of at least
+# OWN_MIN_BATCH matrices of at most OWN_MAX_MNK multiply-adds each goes to the plain own
+# kernels.  float64's vectors hold half as many lanes, so it crosses over later.
 OWN_MIN_BATCH = {_F32: 1024, _F64: 4096}
 OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
-
-# The vector micro-kernel takes batches of at least VECTOR_MIN_WORK multiply-adds in all (its
-# launch and front are paid back) of matrices of at most VECTOR_MAX_MNK multiply-adds (past
-# which OpenBLAS, packing and running each product on every thread, is as fast or faster).  By
-# register width: OpenBLAS's AVX2 kernels lose more per call on small matrices than its
-# AVX-512 ones, so the own launch pays back sooner there, and gain on large ones.
-VECTOR_MIN_WORK = {512: 1 << 21, 256: 1 << 20}
-VECTOR_MAX_MNK = {512: 256**3, 256: 128**3}
 
 # float16/bfloat16 products of at least this many multiply-adds per matrix go to float32
 # panels; below it the panel steps per matrix cost more than they save.

@@ -2,14 +2,13 @@
 
 For validated operands (``decisions.check``), ``run``:
 
-- float32/float64 products on a CPU with AVX2 and FMA, but for matrix-vector products and
-  products narrower than half a vector: the own kernels of one accumulation order, each element
-  a chain of fused multiply-adds over k (``own.keeps_order``), on numba's threads.  Measured
-  beside OpenBLAS, MLAS and MKL (``bench --cases gemm``), they are as fast or faster at the
-  shapes of inference, and their bits depend only on the values: not on the thread count, the
-  batch position, the rows computed with them or the operands' memory order.
-- other float32/float64 products whose layout numpy's BLAS takes (``blas.blasable``), except
-  long batches of small matrices: ``numpy.matmul`` (OpenBLAS).
+- float32/float64 products on a CPU with AVX2 and FMA: the own kernels (``own.plan``) of one
+  accumulation order, each element a chain of fused multiply-adds over k (matrix-vector
+  products: a dot product per row), on numba's threads.  Measured beside OpenBLAS, MLAS and
+  MKL (``bench --cases gemm``), and their bits depend only on the values: not on the thread
+  count, the batch position, the rows computed with them or the operands' memory order.
+- on other CPUs, float32/float64 products whose layout numpy's BLAS takes
+  (``blas.blasable``), except long batches of small matrices: ``numpy.matmul`` (OpenBLAS).
 - large bfloat16 products on CPUs whose AVX512_BF16 pair dot products outrun float32 FMAs
   (``bf16_pairs``), unless an operand could make the instruction flush a subnormal.
 - other large float16/bfloat16 products: bounded float32 panels on the float micro-kernel
@@ -118,17 +117,11 @@ def _own_paths(a2, b2, batch, m, n, k):
 
 def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> bool:
     """Whether numpy's BLAS takes a validated float32/float64 product of 2-D-promoted operands
-    (``nbatch`` matrices; 1 without batch dimensions): never where the own kernels keep the
-    accumulation order, else where it is faster."""
-    if own.keeps_order(dtype, m, n) or not (blas.blasable(a2) and blas.blasable(b2)):
+    (``nbatch`` matrices; 1 without batch dimensions): never where the own kernels take float
+    products, else where it is faster than the plain own kernels."""
+    if own.takes_floats() or not (blas.blasable(a2) and blas.blasable(b2)):
         return False
-    mnk = m * n * k
-    if nbatch >= tuning.OWN_MIN_BATCH[dtype] and mnk <= tuning.OWN_MAX_MNK[dtype]:
-        return False
-    if nbatch > 1 and b2.strides[-1] == b2.itemsize and own.vector_tile(dtype, n)[0] is not None:
-        bits = own.vector_bits()
-        return nbatch * mnk < tuning.VECTOR_MIN_WORK[bits] or mnk > tuning.VECTOR_MAX_MNK[bits]
-    return True
+    return nbatch < tuning.OWN_MIN_BATCH[dtype] or m * n * k > tuning.OWN_MAX_MNK[dtype]
 
 
 def half_panels_win(m: int, n: int, k: int) -> bool:

@@ -63,8 +63,11 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
-    if b_cs != 1 and a.dtype in (_F32, _F64) and vector_tile(a.dtype, n)[0] is not None:
-        return _with_unit_columns(a, b, batch, m, n, k)
+    if a.dtype in (_F32, _F64) and vector_bits():
+        if vector_tile(a.dtype, n)[0] is None:
+            return _with_padded_columns(a, b, batch, m, n, k)
+        if b_cs != 1:
+            return _with_unit_columns(a, b, batch, m, n, k)
     work = nbatch * m * n * k
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
@@ -117,14 +120,12 @@ def plan(a, b, batch, m, n, k):
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
 
 
-def keeps_order(dtype: np.dtype, m: int, n: int) -> bool:
-    """Whether ``plan`` multiplies float32/float64 operands of ``m`` rows and ``n`` columns on
-    a path of the documented order, where each element of C is one chain of fused
-    multiply-adds over k in order, from zero (docs/design.md, "The accumulation order"): the
-    vector micro-kernel (B's columns first copied to unit stride where they are not), whole
-    tiny matrices, single rows of A.  Not matrix-vector products (N = 1, a reassociated dot
-    product per row) nor products narrower than half a vector."""
-    return bool(vector_bits()) and n > 1 and (m == 1 or vector_tile(dtype, n)[0] is not None)
+def takes_floats() -> bool:
+    """Whether ``plan`` takes every float32/float64 product, in the documented order (each
+    element of C one chain of fused multiply-adds over k in order, from zero; docs/design.md,
+    "The accumulation order"), except matrix-vector products (N = 1: a reassociated dot
+    product per row): on CPUs with the vector micro-kernel (AVX2 and FMA, or AVX-512)."""
+    return bool(vector_bits())
 
 
 def k_block(dtype: np.dtype, k: int) -> int:
@@ -141,6 +142,26 @@ def _in_turn(steps):
     def step(a, b, target):
         for s in steps:
             s(a, b, target)
+
+    return step
+
+
+def _with_padded_columns(a, b, batch, m, n, k):
+    """The step of a float product narrower than the micro-kernel's narrowest tile (one 32-byte
+    vector of columns): B zero-padded to that width (a C-contiguous copy of B's own elements),
+    the product into a padded result, and its first ``n`` columns copied out.  The
+    micro-kernel's order at the price of the copies; the padding's sums are never read."""
+    width = 32 // a.dtype.itemsize
+    padded = b.shape[:-1] + (width,)
+    inner = plan(a, np.empty(padded, b.dtype), batch, m, width, k)
+    wide = batch + (m, width)
+
+    def step(a, b, target):
+        bw = np.zeros(padded, b.dtype)
+        bw[..., :n] = b
+        out = np.empty(wide, target.dtype)
+        inner(a, bw, out)
+        target.reshape(wide[:-1] + (n,))[...] = out[..., :n]
 
     return step
 
