@@ -15,7 +15,9 @@ from importlib import metadata as _metadata
 from .core.versions import NEWEST_OPSET, resolve_version
 from .core.versions import PUBLIC_TABLES as _PUBLIC_TABLES
 from .core.versions import public_table as _public_table
+from .ops.matmul import overloads as _matmul_overloads  # noqa: F401 - matmul in @njit code
 from .ops.matmul.api import matmul
+from .ops.pow import overloads as _pow_overloads  # noqa: F401 - pow in @njit code
 from .ops.pow.api import pow  # noqa: A004 - the ONNX operator's name
 from .precompile import compiled_specializations, warmup
 from .runtime import parallel as _parallel

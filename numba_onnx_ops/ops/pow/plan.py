@@ -23,7 +23,7 @@ from ... import tuning
 from ...core.broadcast import broadcast_strides, coalesce, contiguous_buffer, flat_buffer
 from ...core.dtypes import NATIVE, is_bfloat16, is_half, kernel_view
 from ...runtime import cpu, memory, parallel
-from . import decisions
+from . import classes, decisions
 from . import kernels as _k
 from .tables import TableCache
 
@@ -188,44 +188,37 @@ def _imin(dtype: np.dtype) -> int:
     return int(np.iinfo(dtype).min) if dtype.kind == "i" else 0
 
 
-# Scalar exponents with a cheaper exact-enough kernel than the general one.
-_FLOAT_CLASSES = {
-    2.0: _k.pow_square,
-    3.0: _k.pow_cube,
-    0.5: _k.pow_sqrt,
-    -1.0: _k.pow_recip,
-    -0.5: _k.pow_rsqrt,
+# The kernel of each exponent class (``classes``); "one" and "copy" need none.
+CLASS_KERNELS = {
+    classes.SQUARE: _k.pow_square,
+    classes.CUBE: _k.pow_cube,
+    classes.SQRT: _k.pow_sqrt,
+    classes.RECIP: _k.pow_recip,
+    classes.RSQRT: _k.pow_rsqrt,
+    classes.IPOW: _k.pow_ipow,
+    classes.GENERAL: _k.pow_general,
+    classes.ONE: "one",
+    classes.COPY: "copy",
 }
-_INT_CLASSES = {2: _k.pow_square, 3: _k.pow_cube}
+_INT64_MAX = np.iinfo(np.int64).max
 
 
 def scalar_class(xdtype: np.dtype, y: np.ndarray):
     """The kernel and exponent argument for a one-element exponent, or "one" (x**0 = 1) or
-    "copy" (x**1 = x)."""
+    "copy" (x**1 = x).  The class follows from the value (``classes``); the argument is the
+    value as float64, except an integer one for the integer classes (``IPOW``, and an integer
+    base's integer exponent: int64, uint64 beyond int64)."""
     value = y.reshape(-1)[0]
     if xdtype.kind == "f" or is_bfloat16(xdtype):
         e = float(value)  # the exponent's value converted to float64, as the semantics say
-        if e == 0.0:
-            return "one", None
-        if e == 1.0:
-            return "copy", None
-        if e in _FLOAT_CLASSES:
-            return _FLOAT_CLASSES[e], np.float64(e)
-        if xdtype.itemsize <= 4 and abs(e) < _k.IPOW_LIMIT and e == int(e):
-            return _k.pow_ipow, np.int64(e)
-        return _k.pow_general, np.float64(e)
+        c = classes.float_base_class(e, xdtype.itemsize <= 4)
+        return CLASS_KERNELS[c], (np.int64(e) if c == classes.IPOW else np.float64(e))
     if y.dtype.kind == "f" or is_bfloat16(y.dtype):  # integer base, float exponent
         return _k.pow_general, np.float64(float(value))
     n = int(value)
-    if n == 0:
-        return "one", None
-    if n == 1:
-        return "copy", None
-    if n in _INT_CLASSES:
-        return _INT_CLASSES[n], np.int64(n)
-    if abs(n) < _k.IPOW_LIMIT:
-        return _k.pow_ipow, np.int64(n)
-    return _k.pow_general, (np.uint64(n) if n > np.iinfo(np.int64).max else np.int64(n))
+    return CLASS_KERNELS[classes.int_base_class(n)], (
+        np.uint64(n) if n > _INT64_MAX else np.int64(n)
+    )
 
 
 # Half-type bases with a one-element exponent go through a table of the results for all 65,536
