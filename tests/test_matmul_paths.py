@@ -218,7 +218,8 @@ def test_whole_products(paths, rng, own_floats, vector_width, dtype, monkeypatch
                 dense = operand(rng, (5, m, k), dtype)
                 apart = operand(rng, (5, m, k + 3), dtype)[..., :k]  # rows k + 3 apart
                 for a in (dense, apart):
-                    code = own.whole_function(dtype, m, n, k)
+                    # (B narrower than a 32-byte vector is padded to that width)
+                    code = own.whole_function(dtype, m, max(n, 32 // dtype.itemsize), k)
                     paths.clear()
                     got = check(a, b)
                     if code is None:
@@ -621,22 +622,23 @@ def test_vector_dot_vector(paths, rng):
     assert paths == ["rows_dot"]
 
 
-# float32/float64: the own paths of the documented order, numpy's BLAS where that order is not
-# kept (matrix-vector products, products narrower than half a vector) or there is no vector unit
+# float32/float64: the own kernels on CPUs with AVX2 and FMA (numpy's BLAS elsewhere); B
+# narrower than a 32-byte vector padded to that width
 WHOLE = "whole" if own.vector_bits() else "blas"
 ROW = "cols_axpy" if own.vector_bits() else "blas"
+DOT = "rows_dot" if own.vector_bits() else "blas"
 
 
 @pytest.mark.parametrize(
     "dtype, shapes, path",
     [
-        (F32, ((4, 4), (4, 4)), "blas"),  # narrower than half a vector
-        (F32, ((33, 7), (7, 3)), "blas"),
+        (F32, ((4, 4), (4, 4)), WHOLE),  # narrower than a vector: padded
+        (F32, ((33, 7), (7, 3)), FLOATS),
         (F64, ((4, 4), (4, 4)), WHOLE),
         (F32, ((33, 7), (7, 9)), FLOATS),
         (F64, ((70, 80), (80, 90)), FLOATS),
-        (F32, ((5, 7), (7,)), "blas"),  # matrix-vector
-        (F64, ((5, 7), (7, 1)), "blas"),
+        (F32, ((5, 7), (7,)), DOT),  # matrix-vector
+        (F64, ((5, 7), (7, 1)), DOT),
         (F32, ((1, 700), (700, 700)), ROW),  # one row
         (F64, ((700,), (700, 9)), ROW),
     ],
@@ -655,8 +657,8 @@ def test_float_products_by_shape(paths, rng, dtype, shapes, path):
         (F32, (70, 80), (80, 90), FLOATS),
         (F32, (3, 21, 19), (19, 35), FLOATS),
         (F32, (2, 1, 30, 40), (3, 40, 50), FLOATS),
-        (F32, (3, 21, 19), (19, 5), "blas"),  # narrow: BLAS, until batches are long
-        (F32, (1024, 21, 19), (19, 5), "direct"),
+        (F32, (3, 21, 19), (19, 5), FLOATS),  # narrow: padded
+        (F32, (1024, 21, 19), (19, 5), "vector" if own.vector_bits() else "direct"),
         (F32, (1024, 8, 8), (1024, 8, 8), TINY),  # long batches of small matrices: own
         (F32, (1024, 40, 30), (30, 20), "vector" if VECTOR == "vector" else "direct"),
         (F64, (4096, 4, 16), (4096, 16, 4), VECTOR),  # (whole-matrix code where K = 16 is)
@@ -681,9 +683,9 @@ def test_blas_or_own_by_batch(paths, rng, dtype, a_shape, b_shape, path):
         (F32, (2, 384, 384), (2, 384, 384), "vector"),
         (F32, (2, 700, 700), (2, 700, 700), "vector"),
         (F64, (64, 64, 64), (64, 64, 64), "vector"),
-        # narrow products: BLAS, unless the batch is long and its matrices small
-        (F32, (2, 64, 64), (2, 64, 4), "blas"),
-        (F32, (4096, 8, 8), (4096, 8, 4), "direct"),
+        # narrow products: B padded to one vector of columns
+        (F32, (2, 64, 64), (2, 64, 4), "vector"),
+        (F32, (4096, 8, 8), (4096, 8, 4), "whole"),
     ],
     ids=str,
 )
@@ -720,7 +722,9 @@ def test_vector_tile_edges(paths, rng, own_floats, vector_width, no_whole, dtype
     for m, n in VECTOR_SHAPES:
         paths.clear()
         check(operand(rng, (3, m, k), dtype), operand(rng, (3, k, n), dtype))
-        assert (paths == ["vector"]) == (takes and n >= narrowest), (m, n, paths)
+        # (floats narrower than the narrowest tile: B padded to a 32-byte vector)
+        wide = n >= narrowest or (dtype.kind == "f" and 32 // dtype.itemsize >= narrowest)
+        assert (paths == ["vector"]) == (takes and wide), (m, n, paths)
 
 
 @pytest.mark.parametrize("layout_a", ["C", "F", "neg", "step"])
@@ -812,19 +816,18 @@ def checked(monkeypatch):
 def test_float_batches_are_checked_once_per_kind_of_call(paths, rng, checked):
     """The first call of a kind (dtypes, shapes, strides, flags, opset) makes the general
     path's checks and dispatch, and repeated calls of that kind take the path it chose without
-    them: BLAS for small narrow float batches, the own kernels for long ones, nothing for an empty
-    batch.  A broadcast batch, K = 0 and an explicit opset are kinds of their own; a mismatch
-    is checked, and raises, on every call."""
-    a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 4), F32)  # narrow: BLAS
+    them: for a small float batch, a long one, and nothing for an empty batch.  A broadcast
+    batch, K = 0 and an explicit opset are kinds of their own; a mismatch is checked, and
+    raises, on every call."""
+    a, b = operand(rng, (2, 16, 16), F32), operand(rng, (2, 16, 4), F32)
     long_batch = operand(rng, (4096, 8, 8), F64), operand(rng, (4096, 8, 8), F64)
     empty_batch = operand(rng, (0, 5, 3), F32), operand(rng, (0, 3, 4), F32)
     for _ in range(3):
-        np.testing.assert_array_equal(noo.matmul(a, b), np.matmul(a, b))
+        check(a, b)
         check(*long_batch)
         empty = noo.matmul(*empty_batch)
         assert empty.shape == (0, 5, 4) and empty.dtype == F32
     assert checked == [(2, 16, 16), (4096, 8, 8), (0, 5, 3)]
-    assert paths[0] == "blas" and paths[1] != "blas"  # the long batch: an own kernel
     assert paths == paths[:2] * 3  # the same paths on every call; nothing for the empty batch
     checked.clear()
     broadcast = operand(rng, (2, 16, 16), F32), operand(rng, (1, 16, 16), F32)

@@ -119,7 +119,7 @@ def blas_wins(dtype: np.dtype, nbatch: int, m: int, n: int, k: int, a2, b2) -> b
     """Whether numpy's BLAS takes a validated float32/float64 product of 2-D-promoted operands
     (``nbatch`` matrices; 1 without batch dimensions): never where the own kernels take float
     products, else where it is faster than the plain own kernels."""
-    if own.takes_floats() or not (blas.blasable(a2) and blas.blasable(b2)):
+    if own.takes_floats(dtype) or not (blas.blasable(a2) and blas.blasable(b2)):
         return False
     return nbatch < tuning.OWN_MIN_BATCH[dtype] or m * n * k > tuning.OWN_MAX_MNK[dtype]
 

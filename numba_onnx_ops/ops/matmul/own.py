@@ -63,7 +63,7 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
-    if a.dtype in (_F32, _F64) and vector_bits():
+    if a.dtype in (_F32, _F64) and takes_floats(a.dtype):
         if vector_tile(a.dtype, n)[0] is None:
             return _with_padded_columns(a, b, batch, m, n, k)
         if b_cs != 1:
@@ -120,12 +120,13 @@ def plan(a, b, batch, m, n, k):
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
 
 
-def takes_floats() -> bool:
-    """Whether ``plan`` takes every float32/float64 product, in the documented order (each
-    element of C one chain of fused multiply-adds over k in order, from zero; docs/design.md,
-    "The accumulation order"), except matrix-vector products (N = 1: a reassociated dot
-    product per row): on CPUs with the vector micro-kernel (AVX2 and FMA, or AVX-512)."""
-    return bool(vector_bits())
+def takes_floats(dtype: np.dtype) -> bool:
+    """Whether ``plan`` takes every float32/float64 product of ``dtype``, in the documented
+    order (each element of C one chain of fused multiply-adds over k in order, from zero;
+    docs/design.md, "The accumulation order"), except matrix-vector products (N = 1: a
+    reassociated dot product per row): where the CPU has the vector micro-kernel (AVX2 and
+    FMA, or AVX-512), whose narrowest tile, one 32-byte vector of columns, takes any N."""
+    return vector_tile(dtype, 32 // dtype.itemsize)[0] is not None
 
 
 def k_block(dtype: np.dtype, k: int) -> int:
