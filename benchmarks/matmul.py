@@ -190,6 +190,8 @@ INFERENCE = {
     "512x512x512": ((512, 512), (512, 512)),
     "1024x1024x1024": ((1024, 1024), (1024, 1024)),
     "64 x 128x64x128": ((64, 128, 64), (64, 64, 128)),
+    "1x768x3072": ((1, 768), (768, 3072)),
+    "16x3072x768": ((16, 3072), (3072, 768)),
 }
 FLOAT_DTYPES = [name for name in MATMUL_DTYPES if dtype(name).kind in "fV"]  # V: bfloat16
 #: The contenders of the peer comparison (``numba_onnx_ops.bench.contenders``) that a GEMM

@@ -250,7 +250,7 @@ def test_cases_hold_this_cpus_targets():
 
 def test_cases_cover_both_target_tables():
     names = {case.name for case in _bench.CASES}
-    assert len(names) == len(_bench.CASES) == 57 + 26  # 26: the GEMM group
+    assert len(names) == len(_bench.CASES) == 57 + 34  # 34: the GEMM group
     assert set(_bench.DEMO_CASES) <= names
     assert {c.op for c in _bench.CASES} == {"MatMul", "Pow", "Model"}
     assert {c.runtime for c in _bench.CASES if c.op == "Model"} == set(_bench.MODEL_RUNTIMES)
@@ -862,8 +862,15 @@ def test_samples_hold_at_least_the_fewest_calls_asked():
 
 def test_the_gemm_group_runs_only_when_named():
     gemm = _bench.select_cases(["gemm"])
-    assert len(gemm) == 26 and all(case.group == _bench.GEMM for case in gemm)
-    assert [case.threads for case in gemm] == [1, 2] * 13
+    assert len(gemm) == 34 and all(case.group == _bench.GEMM for case in gemm)
+    assert [case.threads for case in gemm] == [1, 2] * 17
+    # the best peer's pace everywhere, 1.2 times it on two threads up to 256 rows
+    assert {(c.threads, c.shapes[0][-2] <= 256, c.target) for c in gemm} == {
+        (1, True, 1.0),
+        (1, False, 1.0),
+        (2, True, 1.2),
+        (2, False, 1.0),
+    }
     assert {case.op for case in gemm} == {"MatMul"}
     assert {case.dtypes[0] for case in gemm} == {"float32", "float64", "float16", "bfloat16"}
     default = _bench.select_cases(None)

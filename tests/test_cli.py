@@ -299,7 +299,7 @@ def test_bench_list_names_the_groups_cases_and_how_to_run_them():
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     gemm = [line for line in lines if line.startswith("gemm-")]
-    assert len(gemm) == 26 and all(line.endswith("(group gemm: --cases gemm)") for line in gemm)
+    assert len(gemm) == 34 and all(line.endswith("(group gemm: --cases gemm)") for line in gemm)
     assert not any("group" in line for line in lines if not line.startswith("gemm-"))
     assert "gemm-f32-1024-1t" in cli("bench", "--list", "--cases", "gemm-f32-1024").stdout
 
