@@ -53,10 +53,10 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
 
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
-    if m == 1:  # vector-matrix: rows of B scaled and added, up to 1024 columns per task
-        cols = 1024
-        while cols > 64 and nbatch * -(-n // cols) < 2 * _NTHREADS:  # every thread some work
-            cols //= 2
+    if m == 1:  # vector-matrix: rows of B scaled and added
+        # One band of columns per thread, of at most 16 KiB of sums (in L1): B is read in the
+        # longest runs the prefetchers can follow (bands of 512 columns cost a quarter more).
+        cols = min(16384 // acc.itemsize, -(-n // (_NTHREADS * 64)) * 64)
 
         def args(ab, bb, t):
             out = t.reshape(nbatch, n)
