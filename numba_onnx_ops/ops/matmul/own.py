@@ -63,13 +63,13 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
-    if a.dtype in (_F32, _F64) and takes_floats(a.dtype):
+    work = nbatch * m * n * k
+    whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
+    if whole is None and a.dtype in (_F32, _F64) and takes_floats(a.dtype):
         if vector_tile(a.dtype, n)[0] is None:
             return _with_padded_columns(a, b, batch, m, n, k)
         if b_cs != 1:
             return _with_unit_columns(a, b, batch, m, n, k)
-    work = nbatch * m * n * k
-    whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
 
@@ -297,7 +297,8 @@ _serial = itertools.count()
 def whole_function(dtype: np.dtype, m: int, n: int, k: int) -> int | None:
     """The address of the ``define_whole`` function that ``matmul_whole`` calls for ``dtype``
     products of M x K by K x N matrices, or ``None`` where it does not apply: float32/float64,
-    M and K small, N one or two vectors of the CPU's width or half of it.  Compiled on first use
+    M and K small, N one or two vectors of the CPU's width, half or a quarter of it (16 bytes
+    at the least).  Compiled on first use
     (tens of milliseconds) and kept for the process."""
     bits = vector_bits()
     if (
@@ -309,9 +310,10 @@ def whole_function(dtype: np.dtype, m: int, n: int, k: int) -> int | None:
         return None
     registers = 32 if bits == 512 else 16
     widest = bits // (8 * dtype.itemsize)
-    for lanes in (widest, widest // 2):
+    # (down to 16-byte vectors: a 4 x 4 float32 product whole, not padded to 8 columns)
+    for lanes in (widest, widest // 2, widest // 4):
         nv = n // lanes
-        if lanes >= 4 and n % lanes == 0 and nv in (1, 2):
+        if lanes * dtype.itemsize >= 16 and n % lanes == 0 and nv in (1, 2):
             # rows whose sums, B's vectors of one k and a splat of A fit the registers
             most = (registers - nv - 1) // nv
             if m > most and bits != 256:  # (groups of rows measured on AVX2 only)
