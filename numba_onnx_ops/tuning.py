@@ -38,9 +38,10 @@ PAIRS_MIN_N = 32
 
 # --- MatMul: which own kernel (benchmarks/matmul.py, MatMulBatched) ----------------------------
 # The vector micro-kernel walks K in blocks of at most this many terms: a strip of B of that
-# many rows (64 float32 or 32 float64 columns: 256 KiB) stays in the L2 of each CPU kind
-# (512 KiB per core on Zen 3, 1 MiB on Zen 4, 2 MiB on the Xeons) while A's rows pass it.
-VECTOR_KC = {_F32: 1024, _F64: 1024}
+# many rows (64 float32 or 32 float64 columns: 128 KiB) stays in the L2 of each CPU kind
+# (512 KiB per core on Zen 3, 1 MiB on Zen 4, 2 MiB on the Xeons) while A's rows pass it
+# (the measurements: docs/design.md, "The accumulation order").
+VECTOR_KC = {_F32: 512, _F64: 512}
 # matmul_direct keeps a K x (two vectors) strip of B per task; past this K (a 256 KiB strip of
 # float32) the packed kernel, which blocks K, takes over.
 DIRECT_KMAX = 4096
