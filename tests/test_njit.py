@@ -9,13 +9,13 @@ The jitted functions are module-level and cached on disk, so each specialization
 from __future__ import annotations
 
 import hashlib
-from fractions import Fraction
 from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 from numba.core.errors import TypingError
+from oracles import matmul_fma_chain
 
 import numba_onnx_ops as nox
 from numba_onnx_ops.runtime.numba_private import check_cache_loads, stamp_cache_index
@@ -89,37 +89,15 @@ def _same_bits(got: np.ndarray, expected: np.ndarray) -> None:
 # --- MatMul ---------------------------------------------------------------------------------
 
 
-def _round(value: Fraction, dtype: np.dtype):
-    """``value`` correctly rounded to ``dtype`` (ties to even)."""
-    if dtype == F64:
-        return np.float64(float(value))  # (int / int in Python rounds correctly)
-    near = np.float32(float(value))
-    candidates = [near, np.nextafter(near, np.float32(np.inf)), np.nextafter(near, -np.inf)]
-    return min(
-        (c for c in candidates if np.isfinite(c)),
-        key=lambda c: (abs(Fraction(float(c)) - value), int(c.view(np.uint32)) & 1),
-    )
-
-
 def _fma_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """numpy.matmul's shapes, each element acc = fma(a[i, k], b[k, j], acc) over k in order
-    from acc = 0, every step rounded once, exactly."""
-    dtype = a.dtype
+    from acc = 0, every step rounded once, exactly (``oracles.matmul_fma_chain``)."""
     a2 = a.reshape(1, -1) if a.ndim == 1 else a
     b2 = b.reshape(-1, 1) if b.ndim == 1 else b
-    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-    nbatch = int(np.prod(batch))
-    a3 = np.broadcast_to(a2, batch + a2.shape[-2:]).reshape(nbatch, *a2.shape[-2:])
-    b3 = np.broadcast_to(b2, batch + b2.shape[-2:]).reshape(nbatch, *b2.shape[-2:])
-    out = np.empty((a3.shape[0], a3.shape[1], b3.shape[2]), dtype)
-    for p, i, j in np.ndindex(*out.shape):
-        acc = dtype.type(0)
-        for k in range(a3.shape[2]):
-            exact = Fraction(float(a3[p, i, k])) * Fraction(float(b3[p, k, j]))
-            acc = _round(exact + Fraction(float(acc)), dtype)
-        out[p, i, j] = acc
-    shape = batch + ((a.shape[-2],) if a.ndim > 1 else ()) + ((b.shape[-1],) if b.ndim > 1 else ())
-    return out.reshape(shape)
+    out = matmul_fma_chain(a2, b2)
+    rows = (a.shape[-2],) if a.ndim > 1 else ()
+    cols = (b.shape[-1],) if b.ndim > 1 else ()
+    return out.reshape(out.shape[:-2] + rows + cols)
 
 
 # (A's shape, B's shape): 2-D with N below, at and past a vector of columns, a broadcast batch,

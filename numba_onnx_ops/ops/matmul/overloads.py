@@ -20,6 +20,8 @@ Operands of any layout are read through a C-contiguous buffer (a copy unless the
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 from numba import types
@@ -63,7 +65,7 @@ def _implementation(label: str, dtype: np.dtype, A, B):
     buffer_a = _view if A.layout == "C" else _copy
     buffer_b = _view if B.layout == "C" else _copy
     inner = f"{label}: inner dimensions differ"
-    product = _product_function(dtype, A, B)
+    product = _product_function(dtype)
 
     def impl(A, B, opset=None, out=None):
         ab, m, k = dims_a(A)
@@ -121,6 +123,7 @@ def _copy(x):
     return np.ascontiguousarray(x).reshape(-1)
 
 
+@functools.cache
 def _batch_function(na: int, nb: int, label: str):
     """The broadcast batch shape of batch shapes of ``na`` and ``nb`` dimensions."""
     if na == 0:
@@ -139,6 +142,7 @@ def _batch_function(na: int, nb: int, label: str):
     return numba.njit(batch_of)
 
 
+@functools.cache
 def _offsets_function(nb: int, own_nb: int):
     """Where each matrix of the broadcast batch starts in a C-contiguous operand whose own
     batch has ``own_nb`` dimensions (``nb`` in the result)."""
@@ -178,12 +182,13 @@ def _batch_offsets(batch, own, size):
     return offsets
 
 
-def _product_function(dtype: np.dtype, A, B):
+@functools.cache
+def _product_function(dtype: np.dtype):
     """``product(a, a_off, b, b_off, out3, m, n, k)``: ``out3[i] = A[i] @ B[i]`` over flat
     C-contiguous buffers and per-matrix offsets, on the calling thread."""
     lanes = vector_bits() // (8 * dtype.itemsize)
     tile, nr = own.vector_tile(dtype, lanes) if lanes else (None, 0)
-    direct = _direct_product(dtype, A, B)
+    direct = _direct_product(dtype)
     if dtype.kind != "f" or tile is None:
         return direct
     vector = serial_twin(_k.matmul_vector)
@@ -221,7 +226,7 @@ def _pad_columns(b, b_off, k, n, nr):
     return padded
 
 
-def _direct_product(dtype: np.dtype, A, B):
+def _direct_product(dtype: np.dtype):
     """``matmul_direct``'s serial twin, compiled with SLP (as the entry point compiles it) for
     the argument types the product passes."""
     direct = serial_twin(_k.matmul_direct)

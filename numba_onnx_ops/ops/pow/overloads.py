@@ -14,6 +14,8 @@ inside a user's ``prange`` never launches onto numba's pool from within it.
 
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 from numba import types
@@ -127,6 +129,7 @@ def _flat(x, shape):
     return flat
 
 
+@functools.cache
 def _chunked(kernel, xdtype):
     """``run(xb, yb, out)``: ``kernel`` (one of ``kernels.HERE``), then its fix-up pass where it
     flags one, on each chunk of ``kernels.CHUNK`` elements: the entry point's steps for a
@@ -158,6 +161,7 @@ def _here(kernel, xdtype):
     return _chunked(_k.HERE[kernel], xdtype)[0]
 
 
+@functools.cache
 def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
     """``scalar(X, e, shape)``: ``X ** e`` broadcast to ``shape`` for a one-element exponent
     ``e`` of ``ydtype``, by its class (``classes``) with ``plan.scalar_class``'s arguments."""
@@ -242,6 +246,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
     return numba.njit(scalar)
 
 
+@functools.cache
 def _general_function(xdtype: np.dtype):
     """``general(X, Y, shape)``: ``X ** Y`` for an array exponent broadcast to ``shape``."""
     run = _chunked(_k.pow_general_here, xdtype)[1]
