@@ -29,6 +29,11 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # panels; below it the panel steps per matrix cost more than they save.
 HALF_PANELS_MIN = 192**3
 
+# Batches of smaller bfloat16 products, of at least this many multiply-adds in all, are widened
+# to float32 whole, multiplied on the micro-kernel and narrowed: three launches for the batch.
+# (float16's narrowing costs more: its batches keep the own kernels, which widen as they read.)
+HALF_BATCH_MIN = 1 << 22
+
 # bfloat16 products of at least PAIRS_MIN_MNK multiply-adds per matrix and PAIRS_MIN_N columns
 # (two vectors: with one, loads rather than dot products bound a row block) take AVX512_BF16's
 # pair dot products, on CPUs where those are fast; smaller ones pay the packing and three

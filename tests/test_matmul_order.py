@@ -188,3 +188,16 @@ def test_half_panels_follow_the_chain_in_float32(monkeypatch, dtype):
     a, b = values(rng, (12, 60), dtype), values(rng, (60, 29), dtype)
     want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
     assert_same_values(noo.matmul(a, b), want)
+
+
+def test_bfloat16_batches_follow_the_chain_in_float32(paths, monkeypatch):
+    """A batch of smaller bfloat16 products widened whole: the float32 chain of each element,
+    rounded once; broadcast batches, a last strip shifted onto the one before."""
+    monkeypatch.setattr(tuning, "HALF_BATCH_MIN", 1000)
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    rng = np.random.default_rng(18)
+    a, b = values(rng, (2, 1, 7, 30), BF16), values(rng, (3, 30, 21), BF16)
+    want = round_to_format(matmul_fma_chain(a, b, F32), BF16)
+    assert_same_values(noo.matmul(a, b), want)
+    assert paths[0] == "widen_panels" and paths[-1] == "narrow_panel"
+    assert set(paths[1:-1]) <= {"matmul_vector", "matmul_whole"}

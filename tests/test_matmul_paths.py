@@ -523,6 +523,25 @@ def test_bf16_pairs_default_sizes(paths, rng, monkeypatch):
     assert set(paths) == {"pairs", "vector"} and paths[0] == "pairs"
 
 
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+def test_bf16_batches_widened_whole(no_pairs, paths, rng, monkeypatch, dtype):
+    # bfloat16 batches from HALF_BATCH_MIN multiply-adds: widened whole, one product, narrowed;
+    # float16 keeps the own kernels, as do batches below it and operands with strides
+    a, b = operand(rng, (4, 40, 33), dtype), operand(rng, (4, 33, 24), dtype)
+    monkeypatch.setattr(tuning, "HALF_BATCH_MIN", 4 * 40 * 33 * 24)
+    check(a, b)
+    if dtype == BF16:
+        assert paths == ["widen", FLOATS, "narrow"] if own.vector_bits() else ["direct"]
+    else:
+        assert "widen" not in paths
+    paths.clear()
+    monkeypatch.setattr(tuning, "HALF_BATCH_MIN", 4 * 40 * 33 * 24 + 1)
+    plans.clear()
+    check(a, b)
+    check(operand(rng, (4, 40, 33), dtype, "F"), b)
+    assert "widen" not in paths
+
+
 def test_bf16_panels_where_pairs_are_slow(paths, rng, monkeypatch):
     # A CPU whose pair dot products do fewer multiply-adds per ns than its float32 FMAs keeps
     # the float32 panels at every size.

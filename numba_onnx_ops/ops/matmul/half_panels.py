@@ -12,6 +12,8 @@ up to the result's shape (see ``PANEL``).
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 
@@ -75,6 +77,42 @@ def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
                     )  # fmt: skip
                     _multiply(af, bf, cf, part, k0 > 0)
                 parallel.launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
+
+
+def run_half_batch(a2, b2, batch, m, n, k, target) -> None:
+    """``target[...] = a2 @ b2`` for C-contiguous half operands of smaller matrices in a batch:
+    both widened to float32 whole (one launch), the float32 batch multiplied by the own
+    kernels (``own.plan``: the micro-kernel, in the float products' order), the float32 result
+    narrowed into ``target`` with one rounding (one launch): three launches for the batch, where
+    the panels take three a matrix."""
+    kind = kernel_view(a2)[1]
+    af = np.empty(a2.shape, _F32)
+    bf = np.empty(b2.shape, _F32)
+    abuf, aorg, _ = flat_buffer(kernel_view(a2)[0])
+    bbuf, borg, _ = flat_buffer(kernel_view(b2)[0])
+    parallel.launch(
+        _k.widen_panels, abuf, aorg, k, 1, af.reshape(-1, k), bbuf, borg, n, 1,
+        bf.reshape(-1, n), kind,
+    )  # fmt: skip
+    cf = np.empty(batch + (m, n), _F32)
+    own.plan(af, bf, batch, m, n, k)(af, bf, cf)
+    out = kernel_view(target)[0].reshape(-1)
+    parallel.launch(_k.narrow_panel, cf.reshape(-1, n), kind, out, 0, n)
+
+
+def half_batch_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
+    """Whether ``run_half_batch`` takes a half product: a batch of C-contiguous operands,
+    N at least a vector of float32, and float32 copies of at most ``BATCH_MAX`` elements."""
+    return (
+        len(batch) > 0
+        and a2.flags.c_contiguous
+        and b2.flags.c_contiguous
+        and own.vector_tile(_F32, n)[0] is not None
+        and a2.size + b2.size + math.prod(batch) * m * n <= BATCH_MAX
+    )
+
+
+BATCH_MAX = 1 << 23  # float32 elements of the copies (32 MiB)
 
 
 def _even(size: int, most: int) -> int:
