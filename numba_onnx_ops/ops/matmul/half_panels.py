@@ -5,9 +5,9 @@ vector micro-kernel multiplies them accumulating in float32, in the float produc
 element one chain of fused multiply-adds over k, continued across K's panels), and each C tile
 is narrowed into the result with one rounding: "accumulate in float32, round once".  Where the
 micro-kernel does not apply (no AVX2 and FMA, or tiles narrower than a vector) numpy's sgemm
-multiplies the panels.  The panels of A
-and B are bounded whatever the operands' size; the float32 tiles of C grow as K gets shorter,
-up to the result's shape (see ``PANEL``).
+multiplies the panels.  The panels of A and B are bounded whatever the operands' size; the
+float32 tiles of C grow as K gets shorter, up to the result's shape (see ``PANEL``).  Batches
+of smaller bfloat16 products are widened whole instead (``run_half_batch``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ _F32 = np.dtype(np.float32)
 PANEL = 1 << 20
 PANEL_MIN = 256  # the bound on a tile's rows and columns, however long K is
 PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, the sums continued
+BATCH_MAX = 1 << 23  # float32 elements of ``run_half_batch``'s copies (32 MiB)
 
 
 def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
@@ -110,9 +111,6 @@ def half_batch_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
         and own.vector_tile(_F32, n)[0] is not None
         and a2.size + b2.size + math.prod(batch) * m * n <= BATCH_MAX
     )
-
-
-BATCH_MAX = 1 << 23  # float32 elements of the copies (32 MiB)
 
 
 def _even(size: int, most: int) -> int:
