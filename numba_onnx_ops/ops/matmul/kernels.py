@@ -462,8 +462,8 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
     """out[b, j] = sum_k x[b, k] * B[b, k, j]: rows of B scaled and added, ``cols`` per task.
 
     Vector-matrix products are bound by reading B once; each task keeps an accumulator strip
-    of ``cols`` elements in L1 and streams its band of B, four rows at a time: per vector of
-    the strip, one load and one store of the sums carry four fused multiply-adds, one per row
+    of ``cols`` elements in L1 and streams its band of B, eight rows at a time: per vector of
+    the strip, one load and one store of the sums carry eight fused multiply-adds, one per row
     in order of k (only contraction is allowed, no reassociation), so each sum is the same
     chain of FMAs over k as on the micro-kernel's paths.
     """
@@ -479,8 +479,8 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         for j in range(nj):
             acc[j] = 0
         xo = x_off[bi]
-        k4 = K - K % 8
-        for k in range(0, k4, 8):
+        k8 = K - K % 8
+        for k in range(0, k8, 8):
             r0 = b_off[bi] + k * b_rs + j0 * b_cs
             x0 = widen(_at(x, xo + k * x_s), kind)
             x1 = widen(_at(x, xo + (k + 1) * x_s), kind)
@@ -502,7 +502,7 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
                 s += x6 * widen(_at(b, r + 6 * b_rs), kind)
                 s += x7 * widen(_at(b, r + 7 * b_rs), kind)
                 acc[j] = s
-        for k in range(k4, K):
+        for k in range(k8, K):
             xk = widen(_at(x, xo + k * x_s), kind)
             brow = b_off[bi] + k * b_rs + j0 * b_cs
             for j in range(nj):
