@@ -454,6 +454,17 @@ def test_inputs_must_match_the_graph():
         rep.run([x, x.astype(np.float64)])
 
 
+def test_inputs_in_any_form_give_the_same_outputs():
+    x, y = _floats(2, 3), _floats(3, 2)
+    rep = Backend.prepare(_binary_model("MatMul", x, y, 13))
+    want = x @ y
+    for inputs in ([x, y], (x, y), {"x": x, "y": y}, [np.asfortranarray(x), y[::-1][::-1]]):
+        (got,) = rep.run(inputs)
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(TypeError, match="model input 'x' must be float32, got float64"):
+        rep.run((x.astype(np.float64), y))
+
+
 def test_model_without_default_opset():
     model = _binary_model("Pow", _floats(2), _floats(2), 15)
     del model.opset_import[:]

@@ -21,6 +21,7 @@ from oracles import assert_matmul_close, assert_same_values, matmul_fma_chain, r
 from spies import Launches, spy_on_kernels
 
 import numba_onnx_ops as noo
+from numba_onnx_ops import tuning
 
 own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
 half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
@@ -98,7 +99,7 @@ def test_blocks_of_k_continue_the_chain(paths, width, monkeypatch, dtype):
     assert set(paths) == {"matmul_vector"}
 
 
-@pytest.mark.parametrize("layout", ["F", "T", "step", "neg"])
+@pytest.mark.parametrize("layout", ["F", "T", "step", "neg", "read-only"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_any_layout_is_the_same_chain(paths, dtype, layout):
     rng = np.random.default_rng(13)
@@ -114,10 +115,26 @@ def test_any_layout_is_the_same_chain(paths, dtype, layout):
             big = np.zeros(x.shape[:-2] + (2 * x.shape[-2], 3 * x.shape[-1]), x.dtype)
             big[..., ::2, ::3] = x
             return big[..., ::2, ::3]
+        if layout == "read-only":  # (a model's weights)
+            x = x.copy()
+            x.flags.writeable = False
+            return x
         return np.ascontiguousarray(x[..., ::-1, ::-1])[..., ::-1, ::-1]
 
     for aa, bb in [(laid(a), b), (a, laid(b)), (laid(a), laid(b))]:
         assert_same_values(noo.matmul(aa, bb), want)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_read_only_operands_on_the_pool_are_the_same_chain(dtype):
+    rng = np.random.default_rng(15)
+    for a_shape, b_shape in [((64, 130), (130, 96)), ((1, 700), (700, 900))]:
+        a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
+        assert a.shape[0] * a.shape[1] * b.shape[1] > tuning.MATMUL_HERE_MAX
+        want = noo.matmul(a, b)
+        a.flags.writeable = b.flags.writeable = False
+        assert_same_values(noo.matmul(a, b), want)
+        assert_same_values(noo.matmul(a, b.copy()), want)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)

@@ -297,6 +297,9 @@ class BackendRep(_base.BackendRep):
         #: initializer provides a default for.
         self.input_names: list[str] = [i.name for i in graph.input if i.name not in slots]
         self._input_slots = {name: slot(name) for name in self._input_dtypes}
+        self._positional = [
+            (self._input_slots[name], self._input_dtypes[name]) for name in self.input_names
+        ]
 
         steps = []
         placement = []
@@ -375,6 +378,22 @@ class BackendRep(_base.BackendRep):
         """
         return list(self._placement)
 
+    def _fill_arrays(self, inputs: Any, values: list[Any]) -> bool:
+        # The usual call, a list or tuple of every positional input as a numpy array of the
+        # declared dtype, puts them in ``values`` here: ``_feeds`` would cost a small
+        # product's time.  False for anything else, ``values`` then partly filled.
+        if inputs.__class__ is not list and inputs.__class__ is not tuple:
+            return False
+        if len(inputs) != len(self._positional):
+            return False
+        for (slot, expected), value in zip(self._positional, inputs):
+            if value.__class__ is not np.ndarray or (
+                expected is not None and value.dtype != expected
+            ):
+                return False
+            values[slot] = value
+        return True
+
     def _feeds(self, inputs: Any) -> dict[str, Any]:
         # A list or tuple, the usual case, first: the abstract classes' checks cost more.
         if not isinstance(inputs, (list, tuple)) and isinstance(inputs, Mapping):
@@ -432,11 +451,14 @@ class BackendRep(_base.BackendRep):
             For an input dtype other than the one the graph declares, or one the operator
             version does not allow.
         """
-        feeds = self._feeds(inputs)
         values = self._initial.copy()
-        for name, value in feeds.items():
-            values[self._input_slots[name]] = value
-        steps = self._dask_steps if dask_operand(*feeds.values()) else self._steps
+        if self._fill_arrays(inputs, values):
+            steps = self._steps
+        else:
+            feeds = self._feeds(inputs)
+            for name, value in feeds.items():
+                values[self._input_slots[name]] = value
+            steps = self._dask_steps if dask_operand(*feeds.values()) else self._steps
         step = None
         try:
             for step in steps:

@@ -54,13 +54,27 @@ def plan(a, b, batch, m, n, k):
 
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
     if m == 1:  # vector-matrix: rows of B scaled and added
-        # One band of columns per thread, of at most 16 KiB of sums (in L1): B is read in the
-        # longest runs the prefetchers can follow (bands of 512 columns cost a quarter more).
-        cols = min(16384 // acc.itemsize, -(-n // (_NTHREADS * 64)) * 64)
+        # One band of columns per thread that runs it (the threads of the call, on the pool:
+        # ``numba.set_num_threads`` may change them), of at most 16 KiB of sums (in L1): B is
+        # read in the longest runs the prefetchers can follow (bands of 512 columns cost a
+        # quarter more).  The bands do not change the sums' order.
+        most = 16384 // acc.itemsize
 
-        def args(ab, bb, t):
-            out = t.reshape(nbatch, n)
-            return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
+        def band(threads):
+            return min(most, -(-n // (threads * 64)) * 64)
+
+        if runs_here(a.dtype, nbatch * n * k):
+            cols = band(1)
+
+            def args(ab, bb, t):
+                out = t.reshape(nbatch, n)
+                return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
+
+        else:
+
+            def args(ab, bb, t):
+                out, cols = t.reshape(nbatch, n), band(numba.get_num_threads())
+                return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
     work = nbatch * m * n * k
@@ -182,29 +196,41 @@ def _step(kernel, args, a, b, work: int, size: int):
     ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread, through the twin's compiled
     entry for these argument types (resolved now, from ``a`` and ``b``, whose types every call
     of the plan shares)."""
-    wide_int = a.dtype.kind in "iu" and a.dtype.itemsize == 8
-    if work > (tuning.MATMUL_HERE_MAX_INT64 if wide_int else tuning.MATMUL_HERE_MAX):
+    kind = kernel_view(a)[0].dtype
+    if not runs_here(a.dtype, work):
+        buffer_a, buffer_b = _buffer_of(a, pool=True), _buffer_of(b, pool=True)
 
         def on_pool(a, b, target):
-            t = kernel_view(target)[0]
-            parallel.launch(kernel, *args(pool_buffer(a), pool_buffer(b), t))
+            t = target if kind == target.dtype else target.view(kind)
+            parallel.launch(kernel, *args(buffer_a(a), buffer_b(b), t))
 
         return on_pool
-    kind = kernel_view(a)[0].dtype
-    buffer_a, buffer_b = _buffer_of(a), _buffer_of(b)
+    buffer_a, buffer_b = _buffer_of(a, pool=False), _buffer_of(b, pool=False)
     sample = np.empty(size, kind)  # (a result of ``size`` elements)
     entry = parallel.here_entry(serial_twin(kernel), *args(buffer_a(a), buffer_b(b), sample))
-    if kind == a.dtype:
-
-        def here(a, b, target):
-            entry(*args(buffer_a(a), buffer_b(b), target))
-
-    else:
+    if kind != a.dtype:
 
         def here(a, b, target):
             entry(*args(buffer_a(a), buffer_b(b), target.view(kind)))
 
+    elif buffer_a is buffer_b is _flat:  # (the common call, in fewer steps)
+
+        def here(a, b, target):
+            entry(*args(a.reshape(-1), b.reshape(-1), target))
+
+    else:
+
+        def here(a, b, target):
+            entry(*args(buffer_a(a), buffer_b(b), target))
+
     return here
+
+
+def runs_here(dtype: np.dtype, work: int) -> bool:
+    """Whether a product of ``work`` multiply-adds runs on the calling thread: at most
+    ``tuning.MATMUL_HERE_MAX`` (64-bit integers: ``MATMUL_HERE_MAX_INT64``)."""
+    wide_int = dtype.kind in "iu" and dtype.itemsize == 8
+    return work <= (tuning.MATMUL_HERE_MAX_INT64 if wide_int else tuning.MATMUL_HERE_MAX)
 
 
 def pool_buffer(x: np.ndarray) -> np.ndarray:
@@ -213,17 +239,30 @@ def pool_buffer(x: np.ndarray) -> np.ndarray:
     return flat_buffer(kernel_view(x)[0])[0]
 
 
-def _buffer_of(x: np.ndarray):
-    """The function that gives the flat buffer of an operand of ``x``'s dtype and flags for
-    the calling thread's twins: a C-contiguous, aligned, writable operand itself, flat
-    (cheaper than ``pool_buffer``'s read-only view; a plan's operands always have the same
-    flags, so one signature either way)."""
+def _flat(x: np.ndarray) -> np.ndarray:
+    return x.reshape(-1)
+
+
+def _flat_read_only(x: np.ndarray) -> np.ndarray:
+    flat = x.reshape(-1)  # (always a new view: ``x`` stays as it was)
+    flat.flags.writeable = False
+    return flat
+
+
+def _buffer_of(x: np.ndarray, pool: bool):
+    """The function that gives the flat buffer of an operand of ``x``'s dtype and flags: for
+    the pool's kernels, ``pool_buffer``'s; for the calling thread's twins, a C-contiguous,
+    aligned operand itself, flat, writable or read-only as the operand is (a plan's operands
+    always have the same flags, so one signature either way).  A C-contiguous, aligned operand
+    of a native type costs a reshape, a third of ``pool_buffer``'s way."""
     flags = x.flags
-    if flags.c_contiguous and flags.aligned and flags.writeable:
-        if kernel_view(x)[1] != NATIVE:
-            return lambda x: x.view(np.uint16).reshape(-1)
-        return lambda x: x.reshape(-1)
-    return pool_buffer
+    if not (flags.c_contiguous and flags.aligned) or kernel_view(x)[1] != NATIVE:
+        if pool or not (flags.c_contiguous and flags.aligned):
+            return pool_buffer
+        return lambda x: x.view(np.uint16).reshape(-1)
+    if pool and flags.writeable:
+        return _flat_read_only
+    return _flat
 
 
 def vector_int64() -> bool:
