@@ -472,17 +472,19 @@ PAIR_SHAPES = [
     ((9, 3), (3, 33)),  # odd K (the last pair's high half is zero), row and column edges
     ((70, 65), (65, 71)),
     ((1, 200), (200, 40)),
-    ((33, 64), (64, 100)),
+    ((33, 64), (64, 100)),  # six rows by four vectors, the last strip shifted
+    ((5, 20), (20, 64)),  # fewer rows than one register block of six
+    ((13, 31), (31, 128)),
     ((2, 1, 37, 90), (3, 90, 45)),  # broadcast batches
 ]
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
 @pytest.mark.parametrize("shapes", PAIR_SHAPES, ids=str)
-@pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
+@pytest.mark.parametrize("layout", ["C", "C and F", "F", "neg", "step"])
 def test_bf16_pairs_exact_in_pair_order(paths, rng, small_pairs, shapes, layout):
-    a = wide_operand(rng, shapes[0], layout)
-    b = wide_operand(rng, shapes[1], "F" if layout == "C" else layout)
+    a = wide_operand(rng, shapes[0], "C" if layout == "C and F" else layout)
+    b = wide_operand(rng, shapes[1], "F" if layout == "C and F" else layout)
     got = noo.matmul(a, b)
     assert_same_values(got, pair_order_product(a, b))
     nbatch = max(1, int(np.prod(got.shape[:-2])))
@@ -509,7 +511,7 @@ def test_bf16_pairs_row_blocks(paths, rng, small_pairs):
     a = wide_operand(rng, (1001, 50))
     b = wide_operand(rng, (50, 32))
     assert_same_values(noo.matmul(a, b), pair_order_product(a, b))
-    blocks = pairs._row_blocks(1001, 1)
+    blocks = pairs._row_blocks(1001, 1, pairs.register_block(32)[0])
     assert sum(rb * count for _, rb, count in blocks) == 1001
     assert paths == ["pairs"] + ["vector"] * len(blocks)
 

@@ -576,11 +576,26 @@ def _pack_pairs(src, base, step, gap, nhi, count, dst):
     kernel's loop body: inlined at both call sites, it made the kernel's first compile much
     longer (docs/design.md, "Compile time")."""
     low = np.uint32(255)
-    for j in range(nhi):
-        lo = np.uint32(_at(src, base + j * step))
-        hi = np.uint32(_at(src, base + j * step + gap))
-        dst[j] = lo | (hi << np.uint32(16))
-        low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
+    # The two unit-stride cases (a row of C-ordered A: its pairs side by side; two rows of
+    # C-ordered B) with their steps as constants, so that the loops vectorize.
+    if step == 1:
+        for j in range(nhi):
+            lo = np.uint32(_at(src, base + j))
+            hi = np.uint32(_at(src, base + gap + j))
+            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
+    elif step == 2 and gap == 1:
+        for j in range(nhi):
+            lo = np.uint32(_at(src, base + 2 * j))
+            hi = np.uint32(_at(src, base + 2 * j + 1))
+            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
+    else:
+        for j in range(nhi):
+            lo = np.uint32(_at(src, base + j * step))
+            hi = np.uint32(_at(src, base + j * step + gap))
+            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
     for j in range(nhi, count):
         lo = np.uint32(_at(src, base + j * step))
         dst[j] = lo
