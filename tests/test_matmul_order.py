@@ -21,7 +21,6 @@ from oracles import assert_matmul_close, assert_same_values, matmul_fma_chain, r
 from spies import Launches, spy_on_kernels
 
 import numba_onnx_ops as noo
-from numba_onnx_ops import tuning
 
 own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
 half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
