@@ -36,10 +36,12 @@ HALF_BATCH_MIN = 1 << 22
 
 # bfloat16 products of at least PAIRS_MIN_MNK multiply-adds per matrix and PAIRS_MIN_N columns
 # (two vectors: with one, loads rather than dot products bound a row block) take AVX512_BF16's
-# pair dot products, on CPUs where those are fast; smaller ones pay the packing and three
-# launches per matrix.
-PAIRS_MIN_MNK = 192**3
+# pair dot products, on CPUs where those are fast; smaller ones cost more to pack than the
+# widening kernels take.  Batches pack on the calling thread up to PAIRS_PACK_HERE_MAX
+# elements of A and B in all.
+PAIRS_MIN_MNK = 1 << 18
 PAIRS_MIN_N = 32
+PAIRS_PACK_HERE_MAX = 1 << 18
 
 # --- MatMul: which own kernel (benchmarks/matmul.py, MatMulBatched) ----------------------------
 # The vector micro-kernel walks K in blocks of at most this many terms: a strip of B of that

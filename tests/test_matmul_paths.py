@@ -20,10 +20,11 @@ import importlib
 import re
 
 import ml_dtypes
+import numba
 import numpy as np
 import pytest
 from numba.core import config as numba_config
-from oracles import assert_same_values, matmul_exact_int, round_to_format
+from oracles import assert_matmul_close, assert_same_values, matmul_exact_int, round_to_format
 from spies import Launches, spy_on_kernels
 
 import numba_onnx_ops as noo
@@ -332,7 +333,7 @@ def test_packed_long_k_integers(paths, rng, no_vector):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg"])
-def test_packed_halves(paths, rng, dtype, layout):
+def test_packed_halves(paths, rng, no_pairs, dtype, layout):
     # 70 x 65 x 70 > 2**18 multiply-adds; sizes off the 4x3 micro-tile and the k padding
     a = operand(rng, (70, 65), dtype, layout)
     b = operand(rng, (65, 70), dtype, layout)
@@ -340,7 +341,7 @@ def test_packed_halves(paths, rng, dtype, layout):
     assert paths == ["packed"]
 
 
-def test_packed_half_batches_broadcast(paths, rng):
+def test_packed_half_batches_broadcast(paths, rng, no_pairs):
     a = operand(rng, (2, 1, 67, 73), BF16)
     b = operand(rng, (3, 73, 61), BF16)
     check(a, b)
@@ -476,6 +477,8 @@ PAIR_SHAPES = [
     ((5, 20), (20, 64)),  # fewer rows than one register block of six
     ((13, 31), (31, 128)),
     ((2, 1, 37, 90), (3, 90, 45)),  # broadcast batches
+    ((2, 40, 30), (2, 30, 32)),  # few strips: each matrix's rows in even blocks, one launch
+    ((2, 41, 30), (30, 32)),  # ... in blocks and a remainder, launches per matrix
 ]
 
 
@@ -487,9 +490,8 @@ def test_bf16_pairs_exact_in_pair_order(paths, rng, small_pairs, shapes, layout)
     b = wide_operand(rng, shapes[1], "F" if layout == "C and F" else layout)
     got = noo.matmul(a, b)
     assert_same_values(got, pair_order_product(a, b))
-    nbatch = max(1, int(np.prod(got.shape[:-2])))
     assert set(paths) == {"pairs", "vector"} and paths[0] == "pairs"
-    assert paths.count("pairs") == nbatch
+    assert paths.count("pairs") == 1  # (the whole batch packed in one launch)
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
@@ -511,7 +513,7 @@ def test_bf16_pairs_row_blocks(paths, rng, small_pairs):
     a = wide_operand(rng, (1001, 50))
     b = wide_operand(rng, (50, 32))
     assert_same_values(noo.matmul(a, b), pair_order_product(a, b))
-    blocks = pairs._row_blocks(1001, 1, pairs.register_block(32)[0])
+    blocks = pairs._row_blocks(1001, 1, pairs.register_block(32)[0], numba.get_num_threads())
     assert sum(rb * count for _, rb, count in blocks) == 1001
     assert paths == ["pairs"] + ["vector"] * len(blocks)
 
@@ -591,18 +593,34 @@ def test_bf16_pairs_refuse_what_they_would_flush(paths, rng, small_pairs, tiny_a
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
     assert_same_values(got, round_to_format(want, BF16))
     assert got[3, 7] != 0
-    assert paths == ["pairs", "widen", PANELS, "narrow"]
+    assert paths == ["pairs", "vector", "widen", PANELS, "narrow"]
+
+
+@pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
+def test_bf16_pairs_refuse_one_matrix_of_a_batch(paths, rng, small_pairs):
+    # A broadcast batch: the one matrix whose inputs the pairs would flush takes the panels, its
+    # neighbours stay on the pairs, each in its own order.
+    a = wide_operand(rng, (2, 1, 24, 40))
+    b = wide_operand(rng, (3, 40, 48))
+    a[1, 0, 2, 9] = 1e-39  # a subnormal input in A's second matrix
+    got = noo.matmul(a, b)
+    assert got.shape == (2, 3, 24, 48)
+    pair_matrices = [(0, j) for j in range(3)]
+    for i, j in pair_matrices:
+        assert_same_values(got[i, j], pair_order_product(a[i, 0], b[j]))
+    for j in range(3):
+        assert_matmul_close(got[1, j], a[1, 0], b[j])
+    assert paths.count("pairs") == 1
+    assert paths.count("narrow") == 3
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
 def test_bf16_pairs_boundary_of_the_check():
     # The smallest product the pairs take is 2**-110 (exponent fields summing to 144).
     m = 1
-    emin = np.array([127 - 55, 127 - 55], np.uint32)
-    assert pairs.inputs_safe(emin, m)
-    emin = np.array([127 - 55, 127 - 56], np.uint32)
-    assert not pairs.inputs_safe(emin, m)
-    assert not pairs.inputs_safe(np.array([0, 250], np.uint32), m)  # a subnormal A
+    emin = np.array([[127 - 55, 127 - 55], [127 - 55, 127 - 56], [0, 250]], np.uint32)
+    # (the second matrix one exponent short; the third with a subnormal in A)
+    assert pairs.inputs_safe(emin, m).tolist() == [True, False, False]
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")

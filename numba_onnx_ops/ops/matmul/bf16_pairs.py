@@ -24,22 +24,26 @@ subnormal, which the check rules out).
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
 
 from ... import tuning
-from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
+from ...runtime.jit import serial_twin
 from . import kernels as _k
+from . import own
 from .half_panels import run_half_panels
 from .microkernel import tile_shape
 
 _U32 = np.dtype(np.uint32)
 # Smallest exponent-field sum (ea + eb) of two nonzero inputs whose product is >= 2**-110.
 EXPONENT_SUM_MIN = 254 - 110
+# An exponent field that, as the smallest of both operands, passes ``inputs_safe`` alone.
+_SAFE_FLOOR = -(-EXPONENT_SUM_MIN // 2)
 _TASKS_PER_THREAD = 4  # work items of a launch per thread, at the least, where rows allow
 
 
@@ -65,54 +69,91 @@ def pairs_win(m: int, n: int, k: int) -> bool:
     return n >= tuning.PAIRS_MIN_N and m * n * k >= tuning.PAIRS_MIN_MNK and pairs_fast()
 
 
-def inputs_safe(emin: np.ndarray, m: int) -> bool:
-    """Whether ``pack_bf16_pairs``'s exponent floors (A's rows first) rule out subnormal inputs
-    and subnormal sums (module docstring)."""
-    ea = int(emin[:m].min())
-    eb = int(emin[m:].min())
-    return ea >= 1 and eb >= 1 and ea + eb >= EXPONENT_SUM_MIN
+def inputs_safe(emin: np.ndarray, m: int) -> np.ndarray:
+    """Per matrix, whether ``pack_bf16_pairs``'s exponent floors (``emin``: a row per matrix,
+    A's rows first) rule out subnormal inputs and subnormal sums (module docstring)."""
+    ea = emin[:, :m].min(axis=1).astype(np.int64)
+    eb = emin[:, m:].min(axis=1).astype(np.int64)
+    return (ea >= 1) & (eb >= 1) & (ea + eb >= EXPONENT_SUM_MIN)
 
 
-def run_bf16_pairs(a2, b2, batch, m, n, k, target) -> None:
-    """``target[...] = a2 @ b2`` for validated 2-D-promoted bfloat16 operands (batch dimensions
-    ``batch``) into a C-contiguous ``target``; ``pairs_win(m, n, k)`` must hold.
+def plan(a2, b2, batch, m, n, k):
+    """The step ``step(a2, b2, target)`` of bfloat16 products of operands of ``a2``'s and
+    ``b2``'s shapes, strides and flags (validated, 2-D-promoted, batch dimensions ``batch``)
+    into a C-contiguous ``target``; ``pairs_win(m, n, k)`` must hold.
 
-    Per matrix: pack A and B into pairs along K (as much memory as the operands), then the
-    micro-kernel sums each block of C in float32 registers and stores it rounded once to
-    bfloat16.  Matrices whose inputs fail ``inputs_safe`` take the float32 panels of
-    ``half_panels``.
+    Two launches for the whole batch: pack every matrix's A and B into pairs along K (as much
+    memory as the operands), then the micro-kernel sums each block of C in float32 registers
+    and stores it rounded once to bfloat16.  Matrices whose inputs fail ``inputs_safe`` are
+    then done again on the float32 panels of ``half_panels``.  Everything but the memory is
+    decided here, once: the register block, the operands' offsets per matrix, and per thread
+    count the row blocks of the launch.  Small products pack (at most
+    ``tuning.PAIRS_PACK_HERE_MAX`` elements) and multiply (``own.runs_here``) on the calling
+    thread, which saves the launches.
     """
+    nbatch = math.prod(batch)
     kp = (k + 1) // 2
-    ap = np.empty((m, kp), _U32)
-    bp = np.empty((kp, n), _U32)
-    emin = np.empty(m + kp, _U32)
     mr, nv = register_block(n)
     tile, nr = tile_shape(mr, nv, 16), 16 * nv
-    out = kernel_view(target)[0].reshape(-1)
-    flat_a, flat_b = ap.reshape(-1), bp.reshape(-1)
-    a3 = np.broadcast_to(a2, batch + a2.shape[-2:])
-    b3 = np.broadcast_to(b2, batch + b2.shape[-2:])
-    blocks = _row_blocks(m, -(-n // nr), mr)
-    for bi, index in enumerate(np.ndindex(*batch)):
-        abuf, aorg, (ars, acs) = flat_buffer(kernel_view(a3[index])[0])
-        bbuf, borg, (brs, bcs) = flat_buffer(kernel_view(b3[index])[0])
-        parallel.launch(
-            _k.pack_bf16_pairs, abuf, aorg, ars, acs, ap, bbuf, borg, brs, bcs, bp, k, emin
-        )
-        if not inputs_safe(emin, m):
-            run_half_panels(a3[index], b3[index], (), m, n, k, target[index])
-            continue
-        for r0, rb, count in blocks:
-            # ``count`` blocks of ``rb`` rows, each a batch entry of the micro-kernel's launch:
-            # work items are (entry, strip of columns), so narrow products still give every
-            # thread work.
-            first = bi * m * n + r0 * n
-            c3 = out[first : first + count * rb * n].reshape(count, rb, n)
-            a_off = (r0 + rb * np.arange(count, dtype=np.int64)) * kp
-            b_off = np.zeros(count, np.int64)
-            chunks = min(count * -(-n // nr), 2 * _TASKS_PER_THREAD * numba.get_num_threads())
-            parallel.launch(_k.matmul_vector, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp,
-                   False, chunks, tile)  # fmt: skip
+    _, a_offs, ars, acs = own.operand(kernel_view(a2)[0], batch, nbatch)
+    _, b_offs, brs, bcs = own.operand(kernel_view(b2)[0], batch, nbatch)
+    buffer_a, buffer_b = own.buffer_of(a2, pool=True), own.buffer_of(b2, pool=True)
+    pack_here = nbatch * (m + n) * k <= tuning.PAIRS_PACK_HERE_MAX
+    multiply_here = own.runs_here(a2.dtype, nbatch * m * n * k)
+    launches = {}  # thread count -> [(first row, rows per entry, A's, B's offsets, tasks)]
+
+    def launches_for(threads):
+        found = launches.get(threads)
+        if found is None:
+            found = launches[threads] = []
+            strips = -(-n // nr)
+            for r0, rb, count in _row_blocks(m, nbatch * strips, mr, threads):
+                # entries (matrix, block of rb rows): C's blocks follow each other in the result
+                # only where the blocks fill every matrix's rows (count * rb == m)
+                per = [None] if count * rb == m else range(nbatch)
+                for bi in per:
+                    b_list = range(nbatch) if bi is None else [bi]
+                    a_off = np.array([(b_ * m + r0 + rb * c) * kp for b_ in b_list
+                                      for c in range(count)], np.int64)  # fmt: skip
+                    b_off = np.array([b_ * kp * n for b_ in b_list for _ in range(count)], np.int64)
+                    tasks = min(len(a_off) * strips, 2 * _TASKS_PER_THREAD * threads)
+                    found.append((r0 if bi is None else bi * m + r0, rb, a_off, b_off, tasks))
+        return found
+
+    kernel = serial_twin(_k.matmul_vector) if multiply_here else _k.matmul_vector
+
+    def step(a2, b2, target):
+        ap = np.empty((nbatch, m, kp), _U32)
+        bp = np.empty((nbatch, kp, n), _U32)
+        emin = np.empty((nbatch, m + kp), _U32)
+        args = (buffer_a(a2), a_offs, ars, acs, ap, buffer_b(b2), b_offs, brs, bcs, bp, k, emin)
+        if pack_here:
+            parallel.here(serial_twin(_k.pack_bf16_pairs), *args)
+        else:
+            parallel.launch(_k.pack_bf16_pairs, *args)
+        flat_a, flat_b = ap.reshape(-1), bp.reshape(-1)
+        out = target.view(np.uint16).reshape(-1)
+        threads = 1 if multiply_here else numba.get_num_threads()
+        for first, rb, a_off, b_off, tasks in launches_for(threads):
+            c3 = out[first * n : first * n + len(a_off) * rb * n].reshape(-1, rb, n)
+            args = (flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile)
+            if multiply_here:
+                parallel.here(kernel, *args)
+            else:
+                parallel.launch(kernel, *args)
+        if int(emin.min()) < _SAFE_FLOOR:  # (else every matrix passes: one reduction)
+            for bi in np.flatnonzero(~inputs_safe(emin, m)).tolist():
+                _run_on_panels(a2, b2, batch, bi, m, n, k, target)
+
+    return step
+
+
+def _run_on_panels(a2, b2, batch, bi, m, n, k, target) -> None:
+    """Matrix ``bi`` of the batch on the float32 panels (its inputs fail ``inputs_safe``)."""
+    index = np.unravel_index(bi, batch) if batch else ()
+    a3 = np.broadcast_to(a2, batch + a2.shape[-2:])[index]
+    b3 = np.broadcast_to(b2, batch + b2.shape[-2:])[index]
+    run_half_panels(a3, b3, (), m, n, k, target.reshape(batch + (m, n))[index])
 
 
 def register_block(n: int) -> tuple[int, int]:
@@ -128,14 +169,18 @@ def register_block(n: int) -> tuple[int, int]:
     return 8, 1  # (where a caller lowers tuning.PAIRS_MIN_N)
 
 
-def _row_blocks(rows: int, strips: int, mr: int) -> list[tuple[int, int, int]]:
-    """``(first row, rows per block, blocks)`` covering ``rows`` rows: one block when the
-    column strips alone give each thread several work items, else blocks of a multiple of
-    the register block's ``mr`` rows, the remainder as one more block."""
-    want = _TASKS_PER_THREAD * numba.get_num_threads()
-    if strips >= want or rows <= mr:
+def _row_blocks(rows: int, items: int, mr: int, threads: int) -> list[tuple[int, int, int]]:
+    """``(first row, rows per block, blocks)`` covering the ``rows`` rows of each matrix: one
+    block when the column strips of the batch (``items``) alone give each of ``threads``
+    threads several work items; else the rows split evenly where they divide, or blocks of a
+    multiple of the register block's ``mr`` rows, the remainder as one more block."""
+    want = _TASKS_PER_THREAD * threads
+    if items >= want or rows <= mr:
         return [(0, rows, 1)]
-    per = -(-rows // -(-want // strips))  # rows per block for about ``want`` items
+    count = min(-(-want // items), rows // mr)  # blocks per matrix, of at least mr rows
+    if rows % count == 0:
+        return [(0, rows // count, count)]
+    per = -(-rows // count)
     rb = max(mr, -(-per // mr) * mr)
     count = rows // rb
     blocks = [(0, rb, count)]

@@ -109,7 +109,7 @@ def _own_paths(a2, b2, batch, m, n, k):
     smaller bfloat16 products widened whole, else the own kernels (``own.plan``)."""
     dt = a2.dtype
     if is_bfloat16(dt) and bf16_pairs.pairs_win(m, n, k):
-        return lambda a2, b2, target: bf16_pairs.run_bf16_pairs(a2, b2, batch, m, n, k, target)
+        return bf16_pairs.plan(a2, b2, batch, m, n, k)
     if dt.itemsize == 2 and half_panels_win(m, n, k):
         return lambda a2, b2, target: half_panels.run_half_panels(a2, b2, batch, m, n, k, target)
     if (

@@ -27,7 +27,9 @@ Their speeds per shape: docs/design.md, "The own kernels".
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from ...runtime.convert import narrow, widen
 from ...runtime.jit import helper, helper_overload, kernel
@@ -561,11 +563,37 @@ def narrow_panel(src, kind, dst, origin, rs):
 # --- bfloat16 products on AVX512_BF16's pair dot products ---------------------------------
 
 
-@njit(inline="always")
-def _exponent_or_max(bits):
-    """The exponent field of bfloat16 ``bits`` (uint32), 255 for a zero of either sign."""
-    e = (bits >> np.uint32(7)) & np.uint32(0xFF)
-    return e if bits & np.uint32(0x7FFF) else np.uint32(255)
+@intrinsic
+def _pair_bits(typingctx, lo, hi):
+    """``lo | hi << 16`` of two bfloat16 bit patterns (uint16) as uint32, in 32-bit arithmetic:
+    numba's own operators widen to 64 bits, which halved the vector lanes of the packing."""
+    if lo != types.uint16 or hi != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32 = ir.IntType(32)
+        low, high = builder.zext(args[0], i32), builder.zext(args[1], i32)
+        return builder.or_(low, builder.shl(high, ir.Constant(i32, 16)))
+
+    return types.uint32(lo, hi), codegen
+
+
+@intrinsic
+def _exponent_or_max(typingctx, bits):
+    """The exponent field of bfloat16 ``bits`` (uint16), 255 for a zero of either sign, in
+    16-bit arithmetic (as ``_pair_bits``)."""
+    if bits != types.uint16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i16 = ir.IntType(16)
+        field = builder.and_(builder.lshr(args[0], ir.Constant(i16, 7)), ir.Constant(i16, 0xFF))
+        nonzero = builder.icmp_unsigned(
+            "!=", builder.and_(args[0], ir.Constant(i16, 0x7FFF)), ir.Constant(i16, 0)
+        )
+        return builder.select(nonzero, field, ir.Constant(i16, 255))
+
+    return types.uint16(bits), codegen
 
 
 @helper()
@@ -575,51 +603,58 @@ def _pack_pairs(src, base, step, gap, nhi, count, dst):
     nonzero elements read (255 if none).  A function of its own, not inlined into the
     kernel's loop body: inlined at both call sites, it made the kernel's first compile much
     longer (docs/design.md, "Compile time")."""
-    low = np.uint32(255)
+    low = np.uint16(255)
+    zero = np.uint16(0)
     # The two unit-stride cases (a row of C-ordered A: its pairs side by side; two rows of
     # C-ordered B) with their steps as constants, so that the loops vectorize.
     if step == 1:
         for j in range(nhi):
-            lo = np.uint32(_at(src, base + j))
-            hi = np.uint32(_at(src, base + gap + j))
-            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            lo = _at(src, base + j)
+            hi = _at(src, base + gap + j)
+            dst[np.uint64(j)] = _pair_bits(lo, hi)
             low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
     elif step == 2 and gap == 1:
         for j in range(nhi):
-            lo = np.uint32(_at(src, base + 2 * j))
-            hi = np.uint32(_at(src, base + 2 * j + 1))
-            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            lo = _at(src, base + 2 * j)
+            hi = _at(src, base + 2 * j + 1)
+            dst[np.uint64(j)] = _pair_bits(lo, hi)
             low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
     else:
         for j in range(nhi):
-            lo = np.uint32(_at(src, base + j * step))
-            hi = np.uint32(_at(src, base + j * step + gap))
-            dst[np.uint64(j)] = lo | (hi << np.uint32(16))
+            lo = _at(src, base + j * step)
+            hi = _at(src, base + j * step + gap)
+            dst[np.uint64(j)] = _pair_bits(lo, hi)
             low = min(low, _exponent_or_max(lo), _exponent_or_max(hi))
     for j in range(nhi, count):
-        lo = np.uint32(_at(src, base + j * step))
-        dst[j] = lo
+        lo = _at(src, base + j * step)
+        dst[np.uint64(j)] = _pair_bits(lo, zero)
         low = min(low, _exponent_or_max(lo))
     return low
 
 
 @kernel(parallel=True)
-def pack_bf16_pairs(a, a_org, a_rs, a_cs, ap, b, b_org, b_rs, b_cs, bp, K, emin):
-    """Both operands of one bfloat16 product as pairs along K, in one launch:
-    ``ap[i, p]`` = A[i, 2p] | A[i, 2p + 1] << 16 and ``bp[p, j]`` = B[2p, j] | B[2p + 1, j] << 16
-    (bits; the missing high half of an odd K's last pair is zero).  ``emin[r]`` gets the
-    smallest exponent field among the nonzero elements of row r of ``ap`` (r < M) or of
-    ``bp`` (the rest), 255 where all are zero: the caller's check that no input is subnormal
-    and no product can be.
+def pack_bf16_pairs(a, a_offs, a_rs, a_cs, ap, b, b_offs, b_rs, b_cs, bp, K, emin):
+    """Both operands of a batch of bfloat16 products as pairs along K, in one launch: for
+    matrix ``bi`` (its elements from ``a_offs[bi]`` and ``b_offs[bi]``), ``ap[bi, i, p]`` =
+    A[i, 2p] | A[i, 2p + 1] << 16 and ``bp[bi, p, j]`` = B[2p, j] | B[2p + 1, j] << 16 (bits;
+    the missing high half of an odd K's last pair is zero).  ``emin[bi, r]`` gets the smallest
+    exponent field among the nonzero elements of row r of ``ap[bi]`` (r < M) or of ``bp[bi]``
+    (the rest), 255 where all are zero: the caller's check that no input is subnormal and no
+    product can be.
     """
-    m, kp = ap.shape
-    n = bp.shape[1]
+    nbatch, m, kp = ap.shape
+    n = bp.shape[2]
+    rows = m + kp
     caller = call_state()
-    for r in prange(m + kp):
+    for t in prange(nbatch * rows):
         spread(caller)
+        bi = t // rows
+        r = t - bi * rows
         if r < m:
-            emin[r] = _pack_pairs(a, a_org + r * a_rs, 2 * a_cs, a_cs, K // 2, kp, ap[r])
+            row = a_offs[bi] + r * a_rs
+            emin[bi, r] = _pack_pairs(a, row, 2 * a_cs, a_cs, K // 2, kp, ap[bi, r])
         else:
             p = r - m
             nhi = n if 2 * p + 1 < K else 0
-            emin[r] = _pack_pairs(b, b_org + 2 * p * b_rs, b_cs, b_rs, nhi, n, bp[p])
+            row = b_offs[bi] + 2 * p * b_rs
+            emin[bi, r] = _pack_pairs(b, row, b_cs, b_rs, nhi, n, bp[bi, p])

@@ -198,14 +198,14 @@ def _step(kernel, args, a, b, work: int, size: int):
     of the plan shares)."""
     kind = kernel_view(a)[0].dtype
     if not runs_here(a.dtype, work):
-        buffer_a, buffer_b = _buffer_of(a, pool=True), _buffer_of(b, pool=True)
+        buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
 
         def on_pool(a, b, target):
             t = target if kind == target.dtype else target.view(kind)
             parallel.launch(kernel, *args(buffer_a(a), buffer_b(b), t))
 
         return on_pool
-    buffer_a, buffer_b = _buffer_of(a, pool=False), _buffer_of(b, pool=False)
+    buffer_a, buffer_b = buffer_of(a, pool=False), buffer_of(b, pool=False)
     sample = np.empty(size, kind)  # (a result of ``size`` elements)
     entry = parallel.here_entry(serial_twin(kernel), *args(buffer_a(a), buffer_b(b), sample))
     if kind != a.dtype:
@@ -249,20 +249,29 @@ def _flat_read_only(x: np.ndarray) -> np.ndarray:
     return flat
 
 
-def _buffer_of(x: np.ndarray, pool: bool):
+def _half_flat(x: np.ndarray) -> np.ndarray:
+    return x.view(np.uint16).reshape(-1)
+
+
+def _half_flat_read_only(x: np.ndarray) -> np.ndarray:
+    flat = x.view(np.uint16).reshape(-1)
+    flat.flags.writeable = False
+    return flat
+
+
+def buffer_of(x: np.ndarray, pool: bool):
     """The function that gives the flat buffer of an operand of ``x``'s dtype and flags: for
     the pool's kernels, ``pool_buffer``'s; for the calling thread's twins, a C-contiguous,
     aligned operand itself, flat, writable or read-only as the operand is (a plan's operands
     always have the same flags, so one signature either way).  A C-contiguous, aligned operand
-    of a native type costs a reshape, a third of ``pool_buffer``'s way."""
+    costs a reshape (and the half types a view as uint16), a third of ``pool_buffer``'s way."""
     flags = x.flags
-    if not (flags.c_contiguous and flags.aligned) or kernel_view(x)[1] != NATIVE:
-        if pool or not (flags.c_contiguous and flags.aligned):
-            return pool_buffer
-        return lambda x: x.view(np.uint16).reshape(-1)
+    if not (flags.c_contiguous and flags.aligned):
+        return pool_buffer
+    half = kernel_view(x)[1] != NATIVE
     if pool and flags.writeable:
-        return _flat_read_only
-    return _flat
+        return _half_flat_read_only if half else _flat_read_only
+    return _half_flat if half else _flat
 
 
 def vector_int64() -> bool:
