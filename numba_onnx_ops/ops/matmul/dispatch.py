@@ -9,8 +9,9 @@ For validated operands (``decisions.check``), ``run``:
   count, the batch position, the rows computed with them or the operands' memory order.
 - on other CPUs, float32/float64 products whose layout numpy's BLAS takes
   (``blas.blasable``), except long batches of small matrices: ``numpy.matmul`` (OpenBLAS).
-- large bfloat16 products on CPUs whose AVX512_BF16 pair dot products outrun float32 FMAs
-  (``bf16_pairs``), unless an operand could make the instruction flush a subnormal.
+- bfloat16 products from ``tuning.PAIRS_MIN_MNK`` multiply-adds per matrix on CPUs whose
+  AVX512_BF16 pair dot products outrun float32 FMAs (``bf16_pairs``); a matrix whose operands
+  could make the instruction flush a subnormal is done again on the panels.
 - other large float16/bfloat16 products: bounded float32 panels on the float micro-kernel
   (``half_panels``), in the float products' order.
 - everything else (integers, smaller half products, long batches of small float matrices,
