@@ -38,10 +38,14 @@ HALF_BATCH_MIN = 1 << 22
 # (two vectors: with one, loads rather than dot products bound a row block) take AVX512_BF16's
 # pair dot products, on CPUs where those are fast; smaller ones cost more to pack than the
 # widening kernels take.  Batches pack on the calling thread up to PAIRS_PACK_HERE_MAX
-# elements of A and B in all.
+# elements of A and B in all, and multiply there up to PAIRS_HERE_MAX multiply-adds in all:
+# on two threads of Zen 4 the pool's launch, and the packed operands moving from the packing
+# core's cache to the other's, made the pool slower than the calling thread alone up to about
+# 4M (64x256x256: 79-92 against 65 us; 128x256x256: 87 against 95).
 PAIRS_MIN_MNK = 1 << 18
 PAIRS_MIN_N = 32
 PAIRS_PACK_HERE_MAX = 1 << 18
+PAIRS_HERE_MAX = 1 << 22
 
 # --- MatMul: which own kernel (benchmarks/matmul.py, MatMulBatched) ----------------------------
 # The vector micro-kernel walks K in blocks of at most this many terms: a strip of B of that

@@ -485,7 +485,13 @@ PAIR_SHAPES = [
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
 @pytest.mark.parametrize("shapes", PAIR_SHAPES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "C and F", "F", "neg", "step"])
-def test_bf16_pairs_exact_in_pair_order(paths, rng, small_pairs, shapes, layout):
+@pytest.mark.parametrize("where", ["calling thread", "pool"])
+def test_bf16_pairs_exact_in_pair_order(
+    paths, rng, small_pairs, monkeypatch, shapes, layout, where
+):
+    if where == "pool":  # (small products pack and multiply on the calling thread)
+        monkeypatch.setattr(tuning, "PAIRS_PACK_HERE_MAX", 0)
+        monkeypatch.setattr(tuning, "PAIRS_HERE_MAX", 0)
     a = wide_operand(rng, shapes[0], "C" if layout == "C and F" else layout)
     b = wide_operand(rng, shapes[1], "F" if layout == "C and F" else layout)
     got = noo.matmul(a, b)
@@ -507,7 +513,8 @@ def test_bf16_pairs_order_is_what_the_oracle_checks(rng):
 
 
 @pytest.mark.skipif(not PAIRS_HW, reason="no AVX512_BF16")
-def test_bf16_pairs_row_blocks(paths, rng, small_pairs):
+def test_bf16_pairs_row_blocks(paths, rng, small_pairs, monkeypatch):
+    monkeypatch.setattr(tuning, "PAIRS_HERE_MAX", 0)  # (the pool's launches)
     # 32 columns are one strip: the rows are split into blocks (each a batch entry of the
     # launch) so that every thread gets work, the remainder rows in a launch of their own.
     a = wide_operand(rng, (1001, 50))

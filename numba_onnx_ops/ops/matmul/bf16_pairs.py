@@ -88,8 +88,8 @@ def plan(a2, b2, batch, m, n, k):
     then done again on the float32 panels of ``half_panels``.  Everything but the memory is
     decided here, once: the register block, the operands' offsets per matrix, and per thread
     count the row blocks of the launch.  Small products pack (at most
-    ``tuning.PAIRS_PACK_HERE_MAX`` elements) and multiply (``own.runs_here``) on the calling
-    thread, which saves the launches.
+    ``tuning.PAIRS_PACK_HERE_MAX`` elements) and multiply (at most ``tuning.PAIRS_HERE_MAX``
+    multiply-adds) on the calling thread, which saves the launches.
     """
     nbatch = math.prod(batch)
     kp = (k + 1) // 2
@@ -99,7 +99,7 @@ def plan(a2, b2, batch, m, n, k):
     _, b_offs, brs, bcs = own.operand(kernel_view(b2)[0], batch, nbatch)
     buffer_a, buffer_b = own.buffer_of(a2, pool=True), own.buffer_of(b2, pool=True)
     pack_here = nbatch * (m + n) * k <= tuning.PAIRS_PACK_HERE_MAX
-    multiply_here = own.runs_here(a2.dtype, nbatch * m * n * k)
+    multiply_here = nbatch * m * n * k <= tuning.PAIRS_HERE_MAX
     launches = {}  # thread count -> [(first row, rows per entry, A's, B's offsets, tasks)]
 
     def launches_for(threads):
