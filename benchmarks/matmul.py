@@ -91,9 +91,12 @@ class MatMulSquare:
 #
 # bfloat16 pair dot products (``tuning.PAIRS_MIN_MNK``/``PAIRS_MIN_N``), Zen 4, 2 threads,
 # medians, against the paths they replace: 256^3 0.25 vs 0.28 ms and 512^3 1.45 vs 1.50 back to
-# back, 1024^3 6-7 vs 14-15 with pauses between calls; but 128^3 72 vs 63 us (three launches and
-# the packing per matrix), (8,128,128)^2 243 vs 91 us, and 16 columns (one vector a row block:
-# loads, not dot products, bound it) 726 vs 449 us.
+# back, 1024^3 6-7 vs 14-15 with pauses between calls; 16 columns (one vector a row block:
+# loads, not dot products, bound it) 726 vs 449 us.  Since the pairs decide once per call kind,
+# pack a batch in one launch and run small products on the calling thread (medians of 31, one
+# process, pairs vs the widening kernels): 2 threads, 64^3 13.0 vs 20.3 us, 128^3 32.5 vs 97.4,
+# (8,128,128)^2 170 vs 239, 32x256x256 34.8 vs 89.3; 1 thread, 16x64x64 10.6 vs 8.0, 32x64x64
+# 11.8 vs 11.8, 64x32x64 11.7 vs 12.6, 8x128x128 12.3 vs 12.8: the pairs from 2^18.
 #
 # Half types in ``matmul_direct`` widen A at every use: past ``tuning.DIRECT_HALF_MAX_MNK`` the
 # packed kernel, which widens each element once, ran 65 against 38 GFLOP/s per core at 1024^3.
