@@ -120,6 +120,9 @@ def plan(a2, b2, batch, m, n, k):
                     found.append((r0 if bi is None else bi * m + r0, rb, a_off, b_off, tasks))
         return found
 
+    # (the calling thread's twins, or the pool's kernels, chosen now; ``parallel``'s doors are
+    # looked up at each call)
+    pack = serial_twin(_k.pack_bf16_pairs) if pack_here else _k.pack_bf16_pairs
     kernel = serial_twin(_k.matmul_vector) if multiply_here else _k.matmul_vector
 
     def step(a2, b2, target):
@@ -127,20 +130,15 @@ def plan(a2, b2, batch, m, n, k):
         bp = np.empty((nbatch, kp, n), _U32)
         emin = np.empty((nbatch, m + kp), _U32)
         args = (buffer_a(a2), a_offs, ars, acs, ap, buffer_b(b2), b_offs, brs, bcs, bp, k, emin)
-        if pack_here:
-            parallel.here(serial_twin(_k.pack_bf16_pairs), *args)
-        else:
-            parallel.launch(_k.pack_bf16_pairs, *args)
+        (parallel.here if pack_here else parallel.launch)(pack, *args)
         flat_a, flat_b = ap.reshape(-1), bp.reshape(-1)
         out = target.view(np.uint16).reshape(-1)
         threads = 1 if multiply_here else numba.get_num_threads()
         for first, rb, a_off, b_off, tasks in launches_for(threads):
             c3 = out[first * n : first * n + len(a_off) * rb * n].reshape(-1, rb, n)
-            args = (flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile)
-            if multiply_here:
-                parallel.here(kernel, *args)
-            else:
-                parallel.launch(kernel, *args)
+            (parallel.here if multiply_here else parallel.launch)(
+                kernel, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile
+            )
         if int(emin.min()) < _SAFE_FLOOR:  # (else every matrix passes: one reduction)
             for bi in np.flatnonzero(~inputs_safe(emin, m)).tolist():
                 _run_on_panels(a2, b2, batch, bi, m, n, k, target)

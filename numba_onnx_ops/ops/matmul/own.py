@@ -11,7 +11,7 @@ import numpy as np
 from llvmlite import ir
 
 from ... import tuning
-from ...core.broadcast import batch_offsets, flat_buffer
+from ...core.broadcast import batch_offsets, contiguous_buffer, flat_buffer
 from ...core.dtypes import NATIVE, kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
@@ -243,20 +243,12 @@ def _flat(x: np.ndarray) -> np.ndarray:
     return x.reshape(-1)
 
 
-def _flat_read_only(x: np.ndarray) -> np.ndarray:
-    flat = x.reshape(-1)  # (always a new view: ``x`` stays as it was)
-    flat.flags.writeable = False
-    return flat
-
-
 def _half_flat(x: np.ndarray) -> np.ndarray:
     return x.view(np.uint16).reshape(-1)
 
 
 def _half_flat_read_only(x: np.ndarray) -> np.ndarray:
-    flat = x.view(np.uint16).reshape(-1)
-    flat.flags.writeable = False
-    return flat
+    return contiguous_buffer(x.view(np.uint16))
 
 
 def buffer_of(x: np.ndarray, pool: bool):
@@ -270,7 +262,7 @@ def buffer_of(x: np.ndarray, pool: bool):
         return pool_buffer
     half = kernel_view(x)[1] != NATIVE
     if pool and flags.writeable:
-        return _half_flat_read_only if half else _flat_read_only
+        return _half_flat_read_only if half else contiguous_buffer
     return _half_flat if half else _flat
 
 
