@@ -12,6 +12,7 @@ caches stay bounded, threads share plans safely, and small calls run on the call
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import importlib
 import math
 
@@ -846,6 +847,65 @@ def test_matmul_crossover(launches, rng, dtype):
             got = _general(nox.matmul, a, b) if general else nox.matmul(a, b)
             np.testing.assert_array_equal(got, matmul_exact_int(a, b))
             assert launches.places == [place], (sa, sb, launches, launches.places)
+
+
+@contextlib.contextmanager
+def _threads(count: int):
+    """numba's parallel loops on ``count`` threads inside the block, the count given back."""
+    import numba
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(count, numba.config.NUMBA_NUM_THREADS))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, I32, I64], ids=dtype_id)
+def test_pool_products_on_one_thread_run_on_the_calling_thread(launches, rng, dtype):
+    """A product past the crossover runs on the calling thread where parallel loops run on
+    one thread, and on the pool where they run on more: the plan asks on every call, and both
+    give the same bits."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba's pool has one thread here")
+    n = _side(_matmul_limits()[dtype])
+    a, b = matmul_operand(rng, (n, n + 3), dtype), matmul_operand(rng, (n + 3, n), dtype)
+    got = {}
+    for threads, place in ((1, "here"), (2, "pool"), (1, "here")):
+        with _threads(threads):
+            launches.clear()
+            got[threads] = nox.matmul(a, b)
+        assert set(launches.places) == {place}, (threads, launches.places)
+    _same_bits(got[1], got[2])
+
+
+def test_pool_kernels_on_one_thread_run_their_serial_twins(rng, monkeypatch):
+    """Every launch made where parallel loops run on one thread runs the kernel's serial twin
+    on the calling thread (a Pow past its crossover here), with the pool's bits."""
+    parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
+    x = pow_base(rng, (_pow_here_max()["general"] + 1,), F32)
+    want = nox.pow(x, 3.7)
+    launched, ran = [], []
+    real_launch, real_here = parallel.launch, parallel.here
+
+    def launch(kernel, *args):
+        launched.append(kernel.py_func.__name__ + "_here")
+        return real_launch(kernel, *args)
+
+    def here(kernel, *args):
+        ran.append(kernel.py_func.__name__)
+        return real_here(kernel, *args)
+
+    monkeypatch.setattr(parallel, "launch", launch)
+    monkeypatch.setattr(parallel, "here", here)
+    with _threads(1):
+        got = nox.pow(x, 3.7)
+    assert launched[0] == "pow_general_here" and ran == launched, (launched, ran)
+    _same_bits(got, want)
+    assert_pow_matches(got, x, 3.7)
 
 
 def test_plans_keep_the_tuning_they_were_made_with(launches, rng, monkeypatch):

@@ -35,6 +35,10 @@ package was tried with); the attributes below exist and behave as described in b
   functions numba's own ``numba.get_thread_id()`` and internal ``_iget_num_threads`` compile to,
   registered by the same start of the threading layer (which ``spread`` forces at compile time
   through the public ``numba.get_num_threads()``).
+- ``numba.np.ufunc.parallel._get_num_threads`` (:func:`threads_now`): the ctypes function
+  ``numba.get_num_threads`` returns after starting the layer and checking the count, the calling
+  thread's count of threads for parallel loops (a seventh of the public function's cost).
+  Where missing, the public function.
 - ``Dispatcher.overloads[signature].entry_point`` (:func:`entry_point`): the compiled wrapper
   of one signature, which numba's dispatcher itself calls once it has matched the arguments'
   types.  Called directly by a plan whose arguments always have those types, it skips the
@@ -159,6 +163,27 @@ def _warn_uncached() -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+
+
+try:
+    from numba.np.ufunc import parallel as _parallel
+except ImportError:
+    _parallel = None
+
+
+_threads_raw = None  # numba's ctypes function, once its layer has set it
+
+
+def threads_now() -> int:
+    """The calling thread's count of threads for parallel loops (``numba.set_num_threads``).
+    numba sets the ctypes function it reads when its threading layer starts; until then, and
+    where it is missing, the public function (which starts the layer)."""
+    global _threads_raw
+    if _threads_raw is None:
+        _threads_raw = getattr(_parallel, "_get_num_threads", None)
+        if _threads_raw is None:
+            return numba.get_num_threads()
+    return _threads_raw()
 
 
 def entry_point(dispatcher, args: tuple):

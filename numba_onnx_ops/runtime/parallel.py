@@ -28,7 +28,7 @@ from importlib import metadata
 import numba
 
 from .jit import serial_twin
-from .numba_private import compile_with_slp, entry_point
+from .numba_private import compile_with_slp, entry_point, threads_now
 
 _lock = threading.Lock()
 _forked_after_start = False  # this process is a fork of one whose layer had started
@@ -74,15 +74,24 @@ def threading_layer() -> str | None:
 def launch(kernel, *args):
     """Call a kernel (``jit.kernel``) in the way the active threading layer allows: the one
     place every kernel call goes through.  A kernel marked ``slp`` is compiled first, with
-    LLVM's SLP vectorizer, for the dtype of its first argument."""
-    if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
-        _build_with_slp(kernel, args)
+    LLVM's SLP vectorizer, for the dtype of its first argument.
+
+    Where the calling thread runs parallel loops on one thread (``numba.set_num_threads(1)``,
+    a dask task's thread), the kernel's serial twin runs instead: the same tasks in the same
+    order, so the same results, without the pool's launch, whose scheduling made the same work
+    slower on one thread (measured: docs/design.md, "One thread")."""
     layer = threading_layer()
     if layer is None:
+        if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
+            _build_with_slp(kernel, args)
         with _lock:  # the first launch picks the layer; two threads must not race it
             if threading_layer() is None:
                 return kernel(*args)
         layer = threading_layer()
+    if threads_now() == 1:
+        return here(serial_twin(kernel), *args)
+    if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
+        _build_with_slp(kernel, args)
     if layer == "tbb":
         return kernel(*args)
     if layer == "omp":

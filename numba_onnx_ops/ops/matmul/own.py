@@ -16,7 +16,7 @@ from ...core.dtypes import NATIVE, kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
 from ...runtime.jit import serial_twin
-from ...runtime.numba_private import native_function
+from ...runtime.numba_private import native_function, threads_now
 from . import kernels as _k
 from .microkernel import define_whole, tile_shape
 
@@ -193,18 +193,31 @@ def _with_unit_columns(a, b, batch, m, n, k):
 def _step(kernel, args, a, b, work: int, size: int):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
     kernel view)``: on the pool, or for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
-    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread, through the twin's compiled
-    entry for these argument types (resolved now, from ``a`` and ``b``, whose types every call
-    of the plan shares)."""
+    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``).  A pool
+    step called where parallel loops run on one thread (``numba.set_num_threads(1)``) runs the
+    calling thread's step instead, made on first need: the same order, without the launch."""
     kind = kernel_view(a)[0].dtype
-    if not runs_here(a.dtype, work):
-        buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
+    if runs_here(a.dtype, work):
+        return _here_step(kernel, args, a, b, size)
+    buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
+    alone = []  # the calling thread's step, once one thread has called
 
-        def on_pool(a, b, target):
-            t = target if kind == target.dtype else target.view(kind)
-            parallel.launch(kernel, *args(buffer_a(a), buffer_b(b), t))
+    def on_pool(a, b, target):
+        if threads_now() == 1:
+            if not alone:
+                alone.append(_here_step(kernel, args, a, b, size))
+            return alone[0](a, b, target)
+        t = target if kind == target.dtype else target.view(kind)
+        parallel.launch(kernel, *args(buffer_a(a), buffer_b(b), t))
 
-        return on_pool
+    return on_pool
+
+
+def _here_step(kernel, args, a, b, size: int):
+    """The step that runs ``kernel``'s serial twin on the calling thread, through the twin's
+    compiled entry for these argument types (resolved now, from ``a`` and ``b``, whose types
+    every call of the plan shares)."""
+    kind = kernel_view(a)[0].dtype
     buffer_a, buffer_b = buffer_of(a, pool=False), buffer_of(b, pool=False)
     sample = np.empty(size, kind)  # (a result of ``size`` elements)
     entry = parallel.here_entry(serial_twin(kernel), *args(buffer_a(a), buffer_b(b), sample))
