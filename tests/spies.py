@@ -1,15 +1,16 @@
 """Spies on where the package runs its work: every kernel and every BLAS call.
 
-Kernels run in one of two places: on the pool (``parallel.launch``, a kernel compiled with
-``parallel=True``) or on the calling thread (``parallel.here``, and the compiled entries a plan
+Kernels run in one of two places: on the pool (``parallel.launch``, or the compiled entry a
+plan keeps from ``parallel.pool_entry``: a kernel compiled with ``parallel=True``) or on the
+calling thread (``parallel.here``, and the compiled entries a plan
 keeps from ``parallel.here_entry``: a serial twin of a pool kernel, ``<name>_here``, or a Pow
 kernel of the calling thread, ``pow_<class>_here``).  A spy reports each kernel run by its
 pool kernel's name (``matmul_direct_here`` -> ``matmul_direct``) and the place it ran ("pool"
 or "here"), and each product handed to numpy's BLAS as ("blas", "blas").
 
-The compiled entry of ``here_entry`` is made once, when a plan is made: the spy wraps it then,
-so a plan made before the spy was installed runs unseen (the autouse fixture in conftest.py
-clears the plans before every test).
+The compiled entries of ``here_entry`` and ``pool_entry`` are made once, by a plan: the spy
+wraps them then, so a plan made before the spy was installed runs unseen (the autouse fixture
+in conftest.py clears the plans before every test).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
     real_launch, real_here = parallel.launch, parallel.here
     real_entry, real_blas = parallel.here_entry, blas.matmul
+    real_pool_entry = parallel.pool_entry
     state = threading.local()
 
     def outermost(name: str, place: str, call, *args, **kwargs):
@@ -60,6 +62,13 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
         name = kernel_name(kernel)
         return lambda *a: outermost(name, HERE, entry, *a)
 
+    def pool_entry(kernel, *args):
+        entry = real_pool_entry(kernel, *args)
+        if entry is None:
+            return None
+        name = kernel_name(kernel)
+        return lambda *a: outermost(name, POOL, entry, *a)
+
     def blas_matmul(*args, **kwargs):
         return outermost(BLAS, BLAS, real_blas, *args, **kwargs)
 
@@ -67,6 +76,7 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     monkeypatch.setattr(parallel, "launch", launch)
     monkeypatch.setattr(parallel, "here", here)
     monkeypatch.setattr(parallel, "here_entry", here_entry)
+    monkeypatch.setattr(parallel, "pool_entry", pool_entry)
     monkeypatch.setattr(blas, "matmul", blas_matmul)
 
 

@@ -102,6 +102,21 @@ def launch(kernel, *args):
         return kernel(*args)
 
 
+def pool_entry(kernel, *args):
+    """What ``launch`` calls for ``kernel`` with arguments of exactly the types of ``args``, on
+    a pool of more than one thread, where the threading layer lets every call go straight to
+    the kernel (``tbb``): its compiled entry (``numba_private.entry_point``), SLP included,
+    which skips ``launch``'s policy and the dispatcher's matching of the types, two fifths of a
+    small launch's cost.  ``None`` under any other layer, or before the first launch has picked
+    one: the caller launches.  The caller also checks ``numba_private.threads_now()`` on every
+    call, as ``launch`` does: on one thread the serial twin runs instead."""
+    if threading_layer() != "tbb":
+        return None
+    if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
+        _build_with_slp(kernel, args)
+    return entry_point(kernel, args)
+
+
 def here(kernel, *args):
     """Call a kernel compiled without ``parallel=True`` (a serial twin, ``jit.serial_twin``, or
     a kernel of the calling thread's) on the calling thread: safe under every threading layer,

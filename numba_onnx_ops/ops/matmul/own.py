@@ -201,6 +201,7 @@ def _step(kernel, args, a, b, work: int, size: int):
         return _here_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     alone = []  # the calling thread's step, once one thread has called
+    entry = []  # the kernel's compiled entry, once a launch has picked a layer that allows it
 
     def on_pool(a, b, target):
         if threads_now() == 1:
@@ -208,7 +209,13 @@ def _step(kernel, args, a, b, work: int, size: int):
                 alone.append(_here_step(kernel, args, a, b, size))
             return alone[0](a, b, target)
         t = target if kind == target.dtype else target.view(kind)
-        parallel.launch(kernel, *args(buffer_a(a), buffer_b(b), t))
+        call = args(buffer_a(a), buffer_b(b), t)
+        if entry:
+            return entry[0](*call)
+        parallel.launch(kernel, *call)
+        go = parallel.pool_entry(kernel, *call)
+        if go is not None:
+            entry.append(go)
 
     return on_pool
 
