@@ -201,7 +201,10 @@ def _step(kernel, args, a, b, work: int, size: int):
         return _here_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     alone = []  # the calling thread's step, once one thread has called
-    entry = []  # the kernel's compiled entry, once a launch has picked a layer that allows it
+    # From the plan's second launch on, how it launches: the kernel's compiled entry where the
+    # layer allows it (``parallel.pool_entry``), else ``launch``.  (Not on the first: finding
+    # the entry costs tens of microseconds, and a plan of the general path runs once.)
+    entry, launches = [], [0]
 
     def on_pool(a, b, target):
         if threads_now() == 1:
@@ -213,11 +216,17 @@ def _step(kernel, args, a, b, work: int, size: int):
         if entry:
             return entry[0](*call)
         parallel.launch(kernel, *call)
-        go = parallel.pool_entry(kernel, *call)
-        if go is not None:
-            entry.append(go)
+        launches[0] += 1
+        if launches[0] == 2:
+            go = parallel.pool_entry(kernel, *call)
+            entry.append(go if go is not None else _launcher(kernel))
 
     return on_pool
+
+
+def _launcher(kernel):
+    """``parallel.launch`` of ``kernel``, looked up at each call."""
+    return lambda *call: parallel.launch(kernel, *call)
 
 
 def _here_step(kernel, args, a, b, size: int):
