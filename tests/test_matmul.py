@@ -311,7 +311,7 @@ def test_overflow_and_invalid_give_ieee_results_without_warnings(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         results = [noo.matmul(a, b), noo.matmul(a, b)]  # the plan made, then the plan kept
-        results.append(noo.matmul(a, b, out=np.empty((3, 3), dtype)))  # the general path
+        results.append(noo.matmul(a, b, out=np.empty((3, 3), dtype)))  # a plan with out=
         with np.errstate(all="raise"):
             results += [noo.matmul(a, b), noo.matmul(a, b, out=np.empty((3, 3), dtype))]
     for result in results:

@@ -1,12 +1,13 @@
-"""Call plans: a call of ndarrays without ``out`` makes its kind's plan once and runs it on
-every later call of that kind.
+"""Call plans: a call of ndarrays without ``out`` (MatMul: also with an ndarray ``out``) makes
+its kind's plan once and runs it on every later call of that kind.
 
 For every kind of call the plans serve (each dtype, exponent class, shape, layout and opset,
 small calls on the calling thread and large ones on the pool), the call that makes the plan,
-the calls that run it and the general path (``out=``, which decides everything again) give
-the same bits.  A call of another kind (dtype, shape, layout, opset, exponent value) never
-runs a plan made for another, errors are raised on every call and leave no plan behind, the
-caches stay bounded, threads share plans safely, and small calls run on the calling thread.
+the calls that run it, a call with ``out`` and the general path (an ``out`` of an ndarray
+subclass, which decides everything again) give the same bits.  A call of another kind (dtype,
+shape, layout, opset, exponent value) never runs a plan made for another, errors are raised on
+every call and leave no plan behind, the caches stay bounded, threads share plans safely, and
+small calls run on the calling thread.
 """
 
 from __future__ import annotations
@@ -60,16 +61,31 @@ def _same_bits(actual: np.ndarray, expected: np.ndarray, what="") -> None:
     assert actual.tobytes() == expected.tobytes(), f"{what}: the bits differ"
 
 
+class _Out(np.ndarray):
+    """An ``out`` of this ndarray subclass takes the general path: plans take plain ndarrays."""
+
+
+def _out_shape(op, a, b) -> tuple[int, ...]:
+    """The result's shape (numpy's broadcasting or matmul's)."""
+    if op is nox.pow:
+        return np.broadcast_shapes(np.shape(a), np.shape(b))
+    return np.matmul(np.zeros(np.shape(a), np.int8), np.zeros(np.shape(b), np.int8)).shape
+
+
 def _general(op, a, b, shape=None, **kwargs) -> np.ndarray:
-    """``op`` on the general path: with ``out=`` every decision is made again, no plan kept.
-    ``shape``: the result's (by default, numpy's broadcasting or matmul's)."""
-    out_shape = shape
-    if out_shape is None and op is nox.pow:
-        out_shape = np.broadcast_shapes(np.shape(a), np.shape(b))
-    if out_shape is None:
-        out_shape = np.matmul(np.zeros(np.shape(a), np.int8), np.zeros(np.shape(b), np.int8)).shape
+    """``op`` on the general path, which makes every decision again and keeps no plan: with
+    an ``out`` that is not a plain ndarray.  ``shape``: the result's (by default
+    ``_out_shape``'s)."""
     dtype = np.asarray(a).dtype.newbyteorder("=")
-    out = np.empty(out_shape, dtype)
+    out = np.empty(shape or _out_shape(op, a, b), dtype).view(_Out)
+    assert op(a, b, out=out, **kwargs) is out
+    return out.view(np.ndarray)
+
+
+def _into(op, a, b, shape=None, **kwargs) -> np.ndarray:
+    """``op`` with a plain ndarray ``out``: MatMul's plans of calls with ``out``."""
+    dtype = np.asarray(a).dtype.newbyteorder("=")
+    out = np.empty(shape or _out_shape(op, a, b), dtype)
     assert op(a, b, out=out, **kwargs) is out
     return out
 
@@ -89,9 +105,11 @@ def assert_plan_agrees(op, a, b, what="", **kwargs) -> np.ndarray:
     again = op(a, b, **kwargs)
     assert len(cache) == 1 and next(iter(cache.values())) is plan, f"{what}: not a hit"
     general = _general(op, a, b, first.shape, **kwargs)
-    assert len(cache) == 1, f"{what}: out= kept a plan"
+    into = _into(op, a, b, first.shape, **kwargs)
+    assert len(cache) == 1, f"{what}: out= kept a plan among those without"
     _same_bits(again, first, what=f"{what} (the hit)")
     _same_bits(general, first, what=f"{what} (the general path)")
+    _same_bits(into, first, what=f"{what} (with out=)")
     return first
 
 
@@ -598,6 +616,46 @@ def test_matmul_calls_of_another_kind_make_their_own_plan(rng):
         assert_matmul_close(nox.matmul(a, b, opset=opset), a, b, what=f"{name} (again)")
         _same_bits(nox.matmul(a0, b0, opset=o0), first, what=f"base after {name}")
     assert len(matmul_api._PLANS) == len(variants)
+
+
+@pytest.mark.parametrize("dtype", [F32, I32, BF16], ids=dtype_id)
+@pytest.mark.parametrize("size", ["here", "pool"])
+def test_matmul_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size, rng):
+    """Calls with an ndarray ``out`` keep a plan of their own per kind (the operands' key), fill
+    ``out`` with the bits of the call without it whatever ``out``'s layout, alignment or
+    overlap with an operand, and check ``out`` on every call."""
+    n = 8 if size == "here" else _side(tuning.MATMUL_HERE_MAX)
+    a, b = matmul_operand(rng, (n, n), dtype), matmul_operand(rng, (n, n), dtype)
+    want = nox.matmul(a, b)
+    plans.clear()
+    for _ in range(2):
+        out = np.empty((n, n), dtype)
+        assert nox.matmul(a, b, out=out) is out
+        _same_bits(out, want, what="plain out")
+    assert len(matmul_api._INTO) == 1
+    outs = {
+        "Fortran": np.empty((n, n), dtype, order="F"),
+        "strided": strided(np.empty((n, n), dtype)),
+        "unaligned": unaligned(np.empty((n, n), dtype)),
+    }
+    for name, out in outs.items():
+        assert nox.matmul(a, b, out=out) is out
+        _same_bits(np.ascontiguousarray(out), want, what=name)
+    for which in ("A", "B"):
+        a1, b1 = a.copy(), b.copy()
+        out = a1 if which == "A" else b1
+        assert nox.matmul(a1, b1, out=out) is out
+        _same_bits(out, want, what=f"out is {which}")
+    bad = [
+        (np.empty((n, n + 1), dtype), ValueError, "shape"),
+        (np.empty((n, n), F64), TypeError, "dtype"),
+        (readonly(np.empty((n, n), dtype)), ValueError, "read-only"),
+        (np.empty((n, n), dtype).tolist(), TypeError, "numpy.ndarray"),
+    ]
+    for out, error, match in bad:
+        for _ in range(2):
+            with pytest.raises(error, match=match):
+                nox.matmul(a, b, out=out)
 
 
 def test_matmul_operands_of_other_strides_and_one_shape(rng):

@@ -2,8 +2,8 @@
 
 A call flows down: the decisions (``decisions.check``: version, dtypes, shapes), then the
 dispatch (BLAS or which own kernel, the calling thread or the pool), then the kernel.  A call of
-two ndarrays without ``out`` makes its plan once per kind of call (``dispatch.make``) and keeps
-it (``core.plans``); a repeated call runs the kept plan.
+two ndarrays makes its plan once per kind of call (``dispatch.make``, with an ndarray ``out``
+``dispatch.make_into``) and keeps it (``core.plans``); a repeated call runs the kept plan.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
+_INTO = plans.cache()  # call key -> plan of a call with ``out`` (``dispatch.make_into``)
 
 
 def matmul(
@@ -65,18 +66,23 @@ def matmul(
         match; ``out`` of the wrong shape or read-only; a dask operand of unknown chunk sizes.
     """
     if (
-        out is None
-        and type(A) is np.ndarray
+        type(A) is np.ndarray
         and type(B) is np.ndarray
         and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
     ):
         # The call's key: what its plan depends on (``dispatch.make``), in a flat tuple.
         key = (A.dtype, A.shape, A.strides, A.flags.num, B.dtype, B.shape, B.strides,
                B.flags.num, opset)  # fmt: skip
-        call = _PLANS.get(key)
-        if call is None:
-            call = plans.keep(_PLANS, key, dispatch.make(A, B, opset))
-        return call(A, B)
+        if out is None:
+            call = _PLANS.get(key)
+            if call is None:
+                call = plans.keep(_PLANS, key, dispatch.make(A, B, opset))
+            return call(A, B)
+        if type(out) is np.ndarray:
+            into = _INTO.get(key)
+            if into is None:
+                into = plans.keep(_INTO, key, dispatch.make_into(A, B, opset))
+            return into(A, B, out)
     if dask_operand(A, B):
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 

@@ -28,6 +28,7 @@ import math
 import numpy as np
 
 from ... import tuning
+from ...core.checks import finish, prepare_out
 from ...core.dtypes import is_bfloat16
 from ...runtime import memory
 from . import bf16_pairs, blas, decisions, half_panels, own
@@ -76,6 +77,44 @@ def make(A: np.ndarray, B: np.ndarray, opset):
             return target
 
     return own
+
+
+def make_into(A: np.ndarray, B: np.ndarray, opset):
+    """The plan of a call of two ndarrays with an ndarray ``out``: a function
+    ``plan(A, B, out)`` for operands of the key ``make`` documents (``out``'s properties are
+    not part of it: the plan checks ``out`` on every call, as ``checks.prepare_out`` does).
+    The own kernels write into ``out`` itself where it is C-contiguous, aligned and apart from
+    the operands, else into a fresh array copied into it; the other paths (BLAS, empty
+    results, converted operands) take the general path's ``run``."""
+    label, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
+    dtype = a.dtype
+    if (
+        a is not A
+        or b is not B
+        or k == 0
+        or math.prod(shape) == 0
+        or (dtype in (_F32, _F64) and blas_wins(dtype, math.prod(batch), m, n, k, a2, b2))
+    ):
+        return lambda A, B, out: _checked_into(A, B, opset, out)
+    step = _own_paths(a2, b2, batch, m, n, k)
+    row, column = a.ndim == 1, b.ndim == 1
+
+    def into(A, B, out):
+        result, target = prepare_out(label, out, shape, dtype, (A, B))
+        if not target.flags.aligned:  # (the kernels' types are of aligned arrays)
+            target = memory.empty(shape, dtype)
+        step(A.reshape(1, -1) if row else A, B.reshape(-1, 1) if column else B, target)
+        return finish(result, target)
+
+    return into
+
+
+def _checked_into(A, B, opset, out):
+    label, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
+    result, target = prepare_out(label, out, shape, a.dtype, (a, b))
+    if target.size:
+        run(a, b, a2, b2, batch, m, n, k, target)
+    return finish(result, target)
 
 
 def _checked_call(A, B, opset):
