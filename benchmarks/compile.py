@@ -26,10 +26,12 @@ atexit.register(shutil.rmtree, _cache, True)
 os.environ["NUMBA_CACHE_DIR"] = _cache  # read when numba is imported, just below
 """
 
-#: One first call per kernel family: (inputs, the call).  float32/float64 2-D products and
-#: matrix-vector products go to numpy's BLAS, which compiles nothing: the float32 rows use
-#: shapes the own kernels take (long batches of small matrices).
+#: One first call per kernel family: (inputs, the call).  float32 2-D products run on the
+#: micro-kernel, on the pool from a few hundred thousand multiply-adds and on the calling thread
+#: below (its serial twin, compiled apart); long batches of tiny matrices on their own kernel.
 FIRST_CALLS = {
+    "matmul float32 (256,256)": ("a = np.ones((256, 256), np.float32)", "matmul(a, a)"),
+    "matmul float32 (64,64)": ("a = np.ones((64, 64), np.float32)", "matmul(a, a)"),
     "matmul float32 (1024,40,30)@(30,20)": (
         "a = np.ones((1024, 40, 30), np.float32); b = np.ones((30, 20), np.float32)",
         "matmul(a, b)",

@@ -330,7 +330,7 @@ def test_first_call_targets_are_selected_by_name():
     names = [f.name for f in _bench.select_first_calls(["first-pow"])]
     assert names == ["first-pow-f32-e3.7", "first-pow-f64-e3.7", "first-pow-f16-f16"]
     assert _bench.select_cases(["first-matmul"]) == []  # matches first calls only: no error
-    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 6
+    assert len(_bench.select_first_calls(None)) == len(_bench.FIRST_CALLS) == 7
     with pytest.raises(ValueError, match="no case matches"):
         _bench.select_cases(["first-nothing"])
 

@@ -374,6 +374,15 @@ FIRST_CALLS = (
         "matmul(a, a)",
         1.5,
     ),
+    # A mid-size float product, on the pool's micro-kernel: numpy's BLAS compiles nothing, and
+    # the own GEMM aims at most a second more.
+    FirstCall(
+        "first-matmul-f32",
+        "float32 (256,256) @ (256,256)",
+        "a = np.ones((256, 256), np.float32)",
+        "matmul(a, a)",
+        1.0,
+    ),
 )
 
 
