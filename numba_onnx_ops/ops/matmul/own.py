@@ -217,7 +217,7 @@ def _step(kernel, args, a, b, work: int, size: int):
             return entry[0](*call)
         parallel.launch(kernel, *call)
         launches[0] += 1
-        if launches[0] == 2:
+        if launches[0] >= 2:  # (several threads may count at once)
             go = parallel.pool_entry(kernel, *call)
             entry.append(go if go is not None else _launcher(kernel))
 
