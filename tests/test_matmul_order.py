@@ -88,6 +88,29 @@ def test_each_path_is_the_fma_chain(paths, width, dtype, a_shape, b_shape, path)
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_row_groups_on_the_pool_are_the_fma_chain(paths, width, monkeypatch, dtype):
+    """Products on the pool whose tasks take groups of rows with all of B's strips
+    (``own.row_groups``), with K whole and in blocks, 2-D and batched, are the chain."""
+    monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
+    rng = np.random.default_rng(16)
+    shapes = [((48, 24), (24, 20)), ((2, 48, 17), (17, 20))]
+    for kc in (None, 16):
+        if kc is not None:
+            monkeypatch.setattr(tuning, "VECTOR_KC", {F32: kc, F64: kc})
+        for a_shape, b_shape in shapes:
+            a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
+            m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
+            kb = own.k_block(dtype, k)
+            tile, _ = own.vector_tile(dtype, n)
+            nbatch = a_shape[0] if len(a_shape) == 3 else 1
+            groups = own.row_groups(dtype, nbatch, m, n, kb, own._tile_rows(tile), m * n * k)
+            assert groups > 1, (a_shape, b_shape, groups)
+            want = matmul_fma_chain(a, b)
+            assert_same_values(noo.matmul(a, b), want)
+    assert set(paths.places) == {"pool"} and set(paths) == {"matmul_vector"}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_blocks_of_k_continue_the_chain(paths, width, monkeypatch, dtype):
     """K in blocks (sums continued from C), a last strip shifted onto the one before it."""
     monkeypatch.setattr(tuning, "VECTOR_KC", {F32: 16, F64: 16})

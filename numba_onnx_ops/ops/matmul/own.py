@@ -93,16 +93,25 @@ def plan(a, b, batch, m, n, k):
         return _step(_k.matmul_whole, args, a, b, work, nbatch * m * n)
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
-        chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
         kc = k_block(a.dtype, k)
+        groups = row_groups(a.dtype, nbatch, m, n, kc, _tile_rows(tile), work)
+        if groups > 1:  # each matrix's rows as `groups` matrices of the batch
+            rows = m // groups
+            a_off = (a_off[:, None] + np.arange(groups) * rows * a_rs).reshape(-1)
+            b_off = np.repeat(b_off, groups)
+            chunks = nbatch * groups
+        else:
+            rows = m
+            chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
+        mats = nbatch * groups
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
             kk = min(kc, k - k0)
             a_at, b_at = a_off + k0 * a_cs, b_off + k0 * b_rs
 
             def args(ab, bb, t, a_at=a_at, b_at=b_at, kk=kk, onto=k0 > 0):
-                out = t.reshape(nbatch, m, n)
-                return ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, m, n, kk, onto, chunks, tile
+                out = t.reshape(mats, rows, n)
+                return ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, rows, n, kk, onto, chunks, tile
 
             work = nbatch * m * n * kk
             steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
@@ -132,6 +141,33 @@ def plan(a, b, batch, m, n, k):
                 acc)  # fmt: skip
 
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
+
+
+def row_groups(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, mr: int, work: int) -> int:
+    """Groups of rows of each matrix that ``matmul_vector``'s tasks take on the pool, each group
+    with all the column strips: 1 (tasks of a strip with all rows) unless the product runs on
+    the pool, its block of B (``kc`` rows by ``n``) fits ``tuning.ROW_GROUPS_MAX_B`` and the
+    batch gives fewer than ``tuning.ROW_GROUPS_PER_THREAD`` tasks a thread.  Then every thread
+    reads all of B, which stays in its L2 from call to call, where strips taken by whichever
+    thread is free moved between the cores.  The most groups up to that count that divide M
+    into groups of a multiple of ``mr`` rows (the register block's); none, 1.  Same sums: each
+    element's chain of fused multiply-adds is the same in any task."""
+    want = tuning.ROW_GROUPS_PER_THREAD * _NTHREADS
+    if (
+        runs_here(dtype, work)
+        or nbatch >= want
+        or kc * n * dtype.itemsize > tuning.ROW_GROUPS_MAX_B
+    ):
+        return 1
+    for groups in range(min(-(-want // nbatch), m // mr), 1, -1):
+        if m % groups == 0 and (m // groups) % mr == 0:  # (no edge block in any group)
+            return groups
+    return 1
+
+
+def _tile_rows(tile: tuple) -> int:
+    """MR of a ``vector_tile`` tile argument (``microkernel.tile_shape``: MR ints first)."""
+    return sum(1 for t in tile if type(t) is int)
 
 
 def takes_floats(dtype: np.dtype) -> bool:
