@@ -254,8 +254,8 @@ def test_bench_outputs_are_checked_before_the_run(tmp_path, option, path, messag
         ),
         (
             ["--size", "tiny", "--targets", "--cases", "first-matmul"],
-            "first-matmul-i32, first-matmul-i32-packed, first-matmul-f32-batch are first-call "
-            "targets: timed at --size quick or full only",
+            "first-matmul-i32, first-matmul-i32-packed, first-matmul-f32-batch, first-matmul-f32 "
+            "are first-call targets: timed at --size quick or full only",
         ),
         (["--list", "--cases", "first-pow"], "are first-call targets: add --targets"),
         (["--cases", "no-such-case", "pow-f16"], "no case matches 'no-such-case'; --list names"),
