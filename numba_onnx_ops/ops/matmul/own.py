@@ -150,8 +150,8 @@ def row_groups(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, mr: int, w
     batch gives fewer than ``tuning.ROW_GROUPS_PER_THREAD`` tasks a thread.  Then every thread
     reads all of B, which stays in its L2 from call to call, where strips taken by whichever
     thread is free moved between the cores.  The most groups up to that count that divide M
-    into groups of a multiple of ``mr`` rows (the register block's); none, 1.  Same sums: each
-    element's chain of fused multiply-adds is the same in any task."""
+    into groups of a multiple of ``mr`` rows (the register block's), 1 where none does.  Same
+    sums: each element's chain of fused multiply-adds is the same in any task."""
     want = tuning.ROW_GROUPS_PER_THREAD * _NTHREADS
     if (
         runs_here(dtype, work)
