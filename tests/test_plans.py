@@ -1,5 +1,5 @@
-"""Call plans: a call of ndarrays without ``out`` (MatMul: also with an ndarray ``out``) makes
-its kind's plan once and runs it on every later call of that kind.
+"""Call plans: a call of ndarrays, without ``out`` or with an ndarray one, makes its kind's plan
+once and runs it on every later call of that kind.
 
 For every kind of call the plans serve (each dtype, exponent class, shape, layout and opset,
 small calls on the calling thread and large ones on the pool), the call that makes the plan,
@@ -83,7 +83,7 @@ def _general(op, a, b, shape=None, **kwargs) -> np.ndarray:
 
 
 def _into(op, a, b, shape=None, **kwargs) -> np.ndarray:
-    """``op`` with a plain ndarray ``out``: MatMul's plans of calls with ``out``."""
+    """``op`` with a plain ndarray ``out``: the plans of calls with ``out``."""
     dtype = np.asarray(a).dtype.newbyteorder("=")
     out = np.empty(shape or _out_shape(op, a, b), dtype)
     assert op(a, b, out=out, **kwargs) is out
@@ -656,6 +656,45 @@ def test_matmul_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size,
         for _ in range(2):
             with pytest.raises(error, match=match):
                 nox.matmul(a, b, out=out)
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, I32], ids=dtype_id)
+@pytest.mark.parametrize("size", ["here", "pool"])
+def test_pow_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size, rng):
+    """Calls with an ndarray ``out`` keep a plan of their own per kind, fill ``out`` with the
+    bits of the call without it whatever ``out``'s layout, alignment or overlap with the base,
+    and check ``out`` on every call."""
+    n = 24 if size == "here" else _pow_here_max()["general"] + 1
+    x = pow_base(rng, (2, n), dtype)
+    exponent = 3 if is_int(dtype) else 2.5
+    want = nox.pow(x, exponent)
+    plans.clear()
+    for _ in range(2):
+        out = np.empty(x.shape, dtype)
+        assert nox.pow(x, exponent, out=out) is out
+        _same_bits(out, want, what="plain out")
+    assert len(pow_api._INTO) == 1
+    outs = {
+        "Fortran": np.empty(x.shape, dtype, order="F"),
+        "strided": strided(np.empty(x.shape, dtype)),
+        "unaligned": unaligned(np.empty(x.shape, dtype)),
+    }
+    for name, out in outs.items():
+        assert nox.pow(x, exponent, out=out) is out
+        _same_bits(np.ascontiguousarray(out), want, what=name)
+    x1 = x.copy()
+    assert nox.pow(x1, exponent, out=x1) is x1
+    _same_bits(x1, want, what="out is X")
+    bad = [
+        (np.empty((2, n + 1), dtype), ValueError, "shape"),
+        (np.empty(x.shape, F64), TypeError, "dtype"),
+        (readonly(np.empty(x.shape, dtype)), ValueError, "read-only"),
+        (np.empty(x.shape, dtype).tolist(), TypeError, "numpy.ndarray"),
+    ]
+    for out, error, match in bad:
+        for _ in range(2):
+            with pytest.raises(error, match=match):
+                nox.pow(x, exponent, out=out)
 
 
 def test_matmul_operands_of_other_strides_and_one_shape(rng):

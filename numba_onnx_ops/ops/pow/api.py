@@ -2,8 +2,8 @@
 
 A call flows down: the decisions (``decisions.check``: version, dtypes, shapes), then the plan
 (the exponent class and its kernel, the calling thread or the pool), then the kernel.  A call
-of ndarrays without ``out`` makes its plan once per kind of call (its key, built below) and keeps
-it (``core.plans``); a repeated call runs the kept plan.
+of ndarrays, without ``out`` or with an ndarray one, makes its plan once per kind of call (its
+key, built below) and keeps it (``core.plans``); a repeated call runs the kept plan.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
 _PLANS = plans.cache()  # call key -> plan (``plan.make``)
+_INTO = plans.cache()  # call key -> plan of a call with ``out`` (``plan.make_into``)
 
 
 def pow(  # noqa: A001 - the ONNX operator's name
@@ -93,7 +94,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
         chunk sizes.
     """
     if (
-        out is None
+        (out is None or type(out) is np.ndarray)
         and type(X) is np.ndarray
         and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
         and (broadcast is None and axis is None or plans.plain(broadcast, axis))
@@ -113,11 +114,16 @@ def pow(  # noqa: A001 - the ONNX operator's name
             key = (X.dtype, X.shape, X.flags.num, Y.dtype, Y.tobytes(), opset, broadcast, axis)
         else:
             key = None
-        if key is not None:
+        if key is not None and out is None:
             call = _PLANS.get(key)
             if call is None:
                 call = plans.keep(_PLANS, key, plan.make(X, Y, opset, broadcast, axis))
             return call(X, Y)
+        if key is not None:
+            into = _INTO.get(key)
+            if into is None:
+                into = plans.keep(_INTO, key, plan.make_into(X, Y, opset, broadcast, axis))
+            return into(X, Y, out)
     if dask_operand(X, Y):
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 

@@ -3,7 +3,8 @@ calling thread or the pool), the kernels' arguments, the launch and the fix-up p
 
 ``make`` turns a call's decisions into a plan the entry point keeps per call key
 (``api.pow``, ``core.plans``): small calls of the common layouts go straight to a calling
-thread's kernel, every other call to ``run`` without the checks.
+thread's kernel, every other call to ``run`` without the checks.  ``make_into`` does the same
+for calls with an ndarray ``out``.
 
 Every pool kernel (``kernels.py``) takes the same arguments: X and Y each as an *operand*, the
 tuple (flat buffer, origin, int64 element strides over the coalesced shape, kind code; a
@@ -21,6 +22,7 @@ import numpy as np
 
 from ... import tuning
 from ...core.broadcast import broadcast_strides, coalesce, contiguous_buffer, flat_buffer
+from ...core.checks import finish, prepare_out
 from ...core.dtypes import NATIVE, is_bfloat16, is_half, kernel_view
 from ...runtime import cpu, memory, parallel
 from . import classes, decisions
@@ -64,6 +66,34 @@ def make(X: np.ndarray, Y, opset, broadcast, axis):
         return target
 
     return decided
+
+
+def make_into(X: np.ndarray, Y, opset, broadcast, axis):
+    """The plan of a call with an ndarray ``out``, for operands of ``make``'s key: a function
+    ``plan(X, Y, out)`` that checks ``out`` on every call (``checks.prepare_out``).  A result
+    of at most ``tuning.POW_HERE_MAX`` elements (the calling thread's) is ``make``'s plan's,
+    copied into ``out``: a copy of a few thousand elements costs far less than the general
+    path's decisions.  A larger one takes the general path, which writes into ``out`` itself."""
+    label, x, _, shape = decisions.check(X, Y, opset, broadcast, axis)
+    if math.prod(shape) > min(tuning.POW_HERE_MAX.values()):
+        return lambda X, Y, out: _checked_into(X, Y, opset, broadcast, axis, out)
+    planned, dtype = make(X, Y, opset, broadcast, axis), x.dtype
+
+    def into(X, Y, out):
+        # (``out``'s checks only: the result is copied, so ``out`` may overlap an operand)
+        result, _ = prepare_out(label, out, shape, dtype, ())
+        np.copyto(result, planned(X, Y), casting="no")
+        return result
+
+    return into
+
+
+def _checked_into(X, Y, opset, broadcast, axis, out):
+    label, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
+    result, target = prepare_out(label, out, shape, x.dtype, (x, y))
+    if target.size:
+        run(x, y, shape, target)
+    return finish(result, target)
 
 
 def _checked_call(X, Y, opset, broadcast, axis):
