@@ -6,7 +6,9 @@ the operands' types, dtypes, shapes, strides and alignment, the exponent where i
 matters, and the keyword arguments.  An operator's entry point builds that key, and on a miss
 runs its general path's decisions (which raise every error a call can raise) and keeps the
 resulting *plan*, a function ``plan(A, B) -> result`` for operands of that key; on a hit it
-calls the plan.  A plan holds no state of a call, so threads share it.
+calls the plan.  A call with an ndarray ``out`` has a plan of its own, ``plan(A, B, out)``, in a
+second cache under the same key (``out`` is checked on every call).  A plan holds no state of a
+call, so threads share it.
 
 The caches are bounded: one that reaches ``MAX_PLANS`` entries starts again empty (a program
 that makes calls of that many kinds in turn pays the decisions again, nothing else).  Plans read
