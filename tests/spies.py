@@ -19,6 +19,8 @@ import importlib
 import threading
 from collections.abc import Callable
 
+import numpy as np
+
 POOL, HERE, BLAS = "pool", "here", "blas"
 
 
@@ -78,6 +80,11 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     monkeypatch.setattr(parallel, "here_entry", here_entry)
     monkeypatch.setattr(parallel, "pool_entry", pool_entry)
     monkeypatch.setattr(blas, "matmul", blas_matmul)
+
+
+class GeneralOut(np.ndarray):
+    """An ``out`` of this ndarray subclass takes an operator's general path, which makes every
+    decision again: the plans take plain ndarrays only."""
 
 
 class Launches(list):

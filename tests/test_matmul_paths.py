@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from numba.core import config as numba_config
 from oracles import assert_matmul_close, assert_same_values, matmul_exact_int, round_to_format
-from spies import Launches, spy_on_kernels
+from spies import GeneralOut, Launches, spy_on_kernels
 
 import numba_onnx_ops as noo
 
@@ -895,10 +895,6 @@ def test_float_batches_are_checked_once_per_kind_of_call(paths, rng, checked):
     assert len(checked) == 3 + 4
 
 
-class _Out(np.ndarray):
-    """An ``out`` of this ndarray subclass takes the general path: plans take plain ndarrays."""
-
-
 @pytest.mark.parametrize("dtype", [I32, I64, U32, F16, BF16], ids=str)
 def test_other_dtypes_are_checked_once_per_kind_of_call(dtype, paths, rng, checked):
     """Products of the other dtypes, of every kind (2-D, batched, broadcast batches, vectors,
@@ -921,7 +917,7 @@ def test_other_dtypes_are_checked_once_per_kind_of_call(dtype, paths, rng, check
         first = check(a, b)
         again = noo.matmul(a, b)
         assert len(checked) == start + 1, (sa, sb, layout)
-        general = noo.matmul(a, b, out=np.empty(first.shape, dtype).view(_Out))
+        general = noo.matmul(a, b, out=np.empty(first.shape, dtype).view(GeneralOut))
         before = len(checked)
         into = [noo.matmul(a, b, out=np.empty(first.shape, dtype)) for _ in range(2)]
         if sa[-1]:  # (K = 0 fills zeros on the general path, checked on every call)

@@ -37,6 +37,7 @@ from oracles import (
     is_int,
     matmul_exact_int,
 )
+from spies import GeneralOut
 
 import numba_onnx_ops as nox
 
@@ -61,10 +62,6 @@ def _same_bits(actual: np.ndarray, expected: np.ndarray, what="") -> None:
     assert actual.tobytes() == expected.tobytes(), f"{what}: the bits differ"
 
 
-class _Out(np.ndarray):
-    """An ``out`` of this ndarray subclass takes the general path: plans take plain ndarrays."""
-
-
 def _out_shape(op, a, b) -> tuple[int, ...]:
     """The result's shape (numpy's broadcasting or matmul's)."""
     if op is nox.pow:
@@ -77,7 +74,7 @@ def _general(op, a, b, shape=None, **kwargs) -> np.ndarray:
     an ``out`` that is not a plain ndarray.  ``shape``: the result's (by default
     ``_out_shape``'s)."""
     dtype = np.asarray(a).dtype.newbyteorder("=")
-    out = np.empty(shape or _out_shape(op, a, b), dtype).view(_Out)
+    out = np.empty(shape or _out_shape(op, a, b), dtype).view(GeneralOut)
     assert op(a, b, out=out, **kwargs) is out
     return out.view(np.ndarray)
 

@@ -43,6 +43,7 @@ from oracles import (
     resolved_version,
     wrap_int,
 )
+from spies import GeneralOut
 
 import numba_onnx_ops as noo
 
@@ -788,16 +789,12 @@ _COMMON_EXPONENTS = [3.7, -1.5, 2.0, 0.5, -1.0, -0.5, 3, 2, -3, 5, 2**40, 2**63 
                      math.inf, math.nan]  # fmt: skip
 
 
-class _Out(np.ndarray):
-    """An ``out`` of this ndarray subclass takes the general path: plans take plain ndarrays."""
-
-
 def _general(x, y, **kwargs):
     """``pow`` on the general path, every decision made again: with an ``out`` of an ndarray
     subclass, which no plan takes."""
     shape = np.broadcast_shapes(np.shape(x), np.shape(y))
     dtype = np.asarray(x).dtype.newbyteorder("=")  # (the result's byte order is native)
-    out = np.empty(shape, dtype).view(_Out)
+    out = np.empty(shape, dtype).view(GeneralOut)
     return noo.pow(x, y, out=out, **kwargs).view(np.ndarray)
 
 
