@@ -26,7 +26,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numba
 import numpy as np
 
 from ... import tuning
@@ -34,6 +33,7 @@ from ...core.dtypes import kernel_view
 from ...runtime import parallel
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
 from ...runtime.jit import serial_twin
+from ...runtime.numba_private import threads_now
 from . import kernels as _k
 from . import own
 from .half_panels import run_half_panels
@@ -133,7 +133,7 @@ def plan(a2, b2, batch, m, n, k):
         (parallel.here if pack_here else parallel.launch)(pack, *args)
         flat_a, flat_b = ap.reshape(-1), bp.reshape(-1)
         out = target.view(np.uint16).reshape(-1)
-        threads = 1 if multiply_here else numba.get_num_threads()
+        threads = 1 if multiply_here else threads_now()
         for first, rb, a_off, b_off, tasks in launches_for(threads):
             c3 = out[first * n : first * n + len(a_off) * rb * n].reshape(-1, rb, n)
             (parallel.here if multiply_here else parallel.launch)(

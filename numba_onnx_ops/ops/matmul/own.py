@@ -55,9 +55,9 @@ def plan(a, b, batch, m, n, k):
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
     if m == 1:  # vector-matrix: rows of B scaled and added
         # One band of columns per thread that runs it (the threads of the call, on the pool:
-        # ``numba.set_num_threads`` may change them), of at most 16 KiB of sums (in L1): B is
-        # read in the longest runs the prefetchers can follow (bands of 512 columns cost a
-        # quarter more).  The bands do not change the sums' order.
+        # ``numba.set_num_threads`` may change them, so they are read at each call), of at most
+        # 16 KiB of sums (in L1): B is read in the longest runs the prefetchers can follow
+        # (bands of 512 columns cost a quarter more).  The bands do not change the sums' order.
         most = 16384 // acc.itemsize
 
         def band(threads):
@@ -73,7 +73,7 @@ def plan(a, b, batch, m, n, k):
         else:
 
             def args(ab, bb, t):
-                out, cols = t.reshape(nbatch, n), band(numba.get_num_threads())
+                out, cols = t.reshape(nbatch, n), band(threads_now())
                 return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
