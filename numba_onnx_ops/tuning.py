@@ -53,6 +53,19 @@ PAIRS_HERE_MAX = 1 << 22
 # (512 KiB per core on Zen 3, 1 MiB on Zen 4, 2 MiB on the Xeons) while A's rows pass it
 # (the measurements: docs/design.md, "The accumulation order").
 VECTOR_KC = {_F32: 512, _F64: 512}
+# matmul_vector reads B packed in strips (``own.packs_b``, ``own.pack_strips``: a copy of B made
+# once a call and block of K) for products of at least PACK_B_MIN_MNK multiply-adds a matrix
+# with at least PACK_B_MIN_ROWS rows passing each strip, and one B for the whole batch.  Read
+# in place from a B whose rows lie a large power of two apart (a width of 1024 or 2048, or 3072
+# = 3 * 1024), a strip falls into a few sets of the L2 cache, which holds a fraction of it,
+# and each row block fetches the rest again.  AMD Zen 4 (avx512f), the two plans interleaved
+# in one process, medians of 11, in place -> packed: float32 on 1 thread 1024^3 21.4 -> 20.8
+# ms, 1536^3 81.9 -> 74.5, 2048^3 185 -> 165, 512x768x3072 25.5 -> 24.2, 1024x3072x768 46.6 ->
+# 45.9, 1000^3 20.2 -> 19.9; on 2 threads 1024^3 12.4 -> 11.3, 2048^3 106 -> 92, 512x768x3072
+# 15.6 -> 13.9; float64 1024^3 45.9 -> 44.0, 2048^3 433 -> 383.  Below the threshold the copy
+# outweighs the gain: float32 512^3 2.45 / 2.47 ms on 1 thread, 1.35 / 1.38 on 2.
+PACK_B_MIN_MNK = 1 << 29
+PACK_B_MIN_ROWS = 256
 # matmul_vector's tasks on the pool: groups of rows with all of B's strips (``own.row_groups``)
 # where the batch gives a thread fewer than this many tasks and B's block of K rows fits this
 # many bytes, which stay in each core's L2 (half of AMD Zen 3's, a quarter of Zen 4's); else

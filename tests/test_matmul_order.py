@@ -87,6 +87,17 @@ def test_each_path_is_the_fma_chain(paths, width, dtype, a_shape, b_shape, path)
     assert paths == [path]
 
 
+def k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
+    """``(A, B, (M, K, N))`` of random values for each pair of ``shapes``, with K whole, then
+    again in blocks of 16 (``tuning.VECTOR_KC``)."""
+    for kc in (None, 16):
+        if kc is not None:
+            monkeypatch.setattr(tuning, "VECTOR_KC", {F32: kc, F64: kc})
+        for a_shape, b_shape in shapes:
+            a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
+            yield a, b, (a_shape[-2], a_shape[-1], b_shape[-1])
+
+
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_row_groups_on_the_pool_are_the_fma_chain(paths, width, monkeypatch, dtype):
     """Products on the pool whose tasks take groups of rows with all of B's strips
@@ -94,20 +105,46 @@ def test_row_groups_on_the_pool_are_the_fma_chain(paths, width, monkeypatch, dty
     monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
     rng = np.random.default_rng(16)
     shapes = [((48, 24), (24, 20)), ((2, 48, 17), (17, 20))]
-    for kc in (None, 16):
-        if kc is not None:
-            monkeypatch.setattr(tuning, "VECTOR_KC", {F32: kc, F64: kc})
-        for a_shape, b_shape in shapes:
-            a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
-            m, k, n = a_shape[-2], a_shape[-1], b_shape[-1]
-            kb = own.k_block(dtype, k)
-            tile, _ = own.vector_tile(dtype, n)
-            nbatch = a_shape[0] if len(a_shape) == 3 else 1
-            groups = own.row_groups(dtype, nbatch, m, n, kb, own._tile_rows(tile), m * n * k)
-            assert groups > 1, (a_shape, b_shape, groups)
-            want = matmul_fma_chain(a, b)
-            assert_same_values(noo.matmul(a, b), want)
+    for a, b, (m, k, n) in k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
+        kb = own.k_block(dtype, k)
+        tile, _ = own.vector_tile(dtype, n)
+        nbatch = a.shape[0] if a.ndim == 3 else 1
+        groups = own.row_groups(dtype, nbatch, m, n, kb, own._tile_rows(tile), m * n * k)
+        assert groups > 1, (a.shape, b.shape, groups)
+        assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
     assert set(paths.places) == {"pool"} and set(paths) == {"matmul_vector"}
+
+
+@pytest.mark.parametrize("place", ["here", "pool"])
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, place):
+    """Products that read B packed in strips (``own.packs_b``), with K whole and in blocks, a
+    shifted last strip, rows in groups, 2-D and with B broadcast over a batch, on the calling
+    thread and on the pool, are the chain."""
+    monkeypatch.setattr(tuning, "PACK_B_MIN_ROWS", 1)
+    monkeypatch.setattr(tuning, "PACK_B_MIN_MNK", 0)
+    if place == "pool":
+        monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)
+    rng = np.random.default_rng(17)
+    shapes = [((40, 24), (24, 70)), ((21, 33), (33, 32)), ((3, 18, 17), (17, 40))]
+    for a, b, (m, k, n) in k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
+        assert own.packs_b(m, m, n, k)
+        assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
+    assert set(paths.places) == {place} and set(paths) == {"matmul_vector"}
+
+
+@pytest.mark.parametrize("n", [48, 40])
+def test_packed_strips_layout(n):
+    """Strip s holds its K rows of NR columns one after another, the last one shifted to end
+    at N; read-only where the flat buffer is."""
+    k, nr, rs, origin = 5, 16, n + 3, 7
+    flat = np.arange(origin + k * rs, dtype=np.float32)
+    packed = own.pack_strips(flat, origin, rs, k, n, nr)
+    starts = [min(s * nr, n - nr) for s in range(-(-n // nr))]
+    want = [flat[origin + i * rs + j0 + j] for j0 in starts for i in range(k) for j in range(nr)]
+    assert packed.tolist() == want and packed.flags.writeable
+    flat.setflags(write=False)
+    assert not own.pack_strips(flat, origin, rs, k, n, nr).flags.writeable
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)

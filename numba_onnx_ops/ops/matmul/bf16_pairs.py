@@ -137,7 +137,7 @@ def plan(a2, b2, batch, m, n, k):
         for first, rb, a_off, b_off, tasks in launches_for(threads):
             c3 = out[first * n : first * n + len(a_off) * rb * n].reshape(-1, rb, n)
             (parallel.here if multiply_here else parallel.launch)(
-                kernel, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile
+                kernel, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile, 0
             )
         if int(emin.min()) < _SAFE_FLOOR:  # (else every matrix passes: one reduction)
             for bi in np.flatnonzero(~inputs_safe(emin, m)).tolist():

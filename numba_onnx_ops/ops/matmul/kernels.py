@@ -363,7 +363,7 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, on
 
 
 @kernel(parallel=True)
-def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile):
+def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile, b_ss):
     """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel,
     or with ``onto`` out[b] continued by A[b] @ B[b]: each element's chain of fused
     multiply-adds over k, in order, goes on from the sum in ``out`` (so K in blocks, one call
@@ -374,8 +374,11 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     each run the whole K loop in registers.  The last strip is shifted left to end at N: its
     overlap is computed twice, identically, or with ``onto`` stored by the strip before only
     (continued twice, it would count twice).  The last row block re-reads row M-1 and stores
-    only the rows that exist.  (Copying the strip of B to a contiguous buffer first, so rows
-    a power of two apart do not share L1 sets, measured no faster on 128x64x128 batches.)
+    only the rows that exist.
+
+    ``b_ss`` 0 reads B in place.  Otherwise B comes packed in strips (``own.pack_strips``):
+    strip s of batch entry b is its K rows of NR columns one after another from ``b_off[b] + s
+    * b_ss``, ``b_rs`` = NR apart, the last strip shifted as above.  The sums are the same.
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -401,7 +404,7 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
             j0 = min(s * NR, N - NR)
             skip = s * NR - j0 if onto else 0
             ao = a_off[bi]
-            bo = b_off[bi] + j0
+            bo = b_off[bi] + (s * b_ss if b_ss else j0)
             co = bi * M * N + j0
             for i0 in range(0, M, MR):
                 if K >= PREFETCH_MIN_K:  # the next block's C rows

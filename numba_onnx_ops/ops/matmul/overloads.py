@@ -203,12 +203,12 @@ def _product_function(dtype: np.dtype):
                      acc)  # fmt: skip
         elif n >= nr:
             vector(a, a_off, i64(k), i64(1), b, b_off, i64(n), out3, i64(m), i64(n), i64(k),
-                   False, i64(1), tile)  # fmt: skip
+                   False, i64(1), tile, 0)  # fmt: skip
         else:  # B's rows and the result's padded to the tile's width
             padded = _pad_columns(b, b_off, k, n, nr)
             wide = np.empty((out3.shape[0], m, nr), out3.dtype)
             vector(a, a_off, i64(k), i64(1), padded, b_off // n * nr, i64(nr), wide, i64(m),
-                   i64(nr), i64(k), False, i64(1), tile)  # fmt: skip
+                   i64(nr), i64(k), False, i64(1), tile, 0)  # fmt: skip
             out3[...] = wide[:, :, :n]
 
     return numba.njit(product)

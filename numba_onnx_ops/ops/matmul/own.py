@@ -104,6 +104,9 @@ def plan(a, b, batch, m, n, k):
             rows = m
             chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
         mats = nbatch * groups
+        # (one B for the whole batch: packed once a call)
+        pack = packs_b(rows, m, n, k) and bool((b_off == b_off[0]).all())
+        at_zero = np.zeros(mats, np.int64)
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
             kk = min(kc, k - k0)
@@ -111,7 +114,12 @@ def plan(a, b, batch, m, n, k):
 
             def args(ab, bb, t, a_at=a_at, b_at=b_at, kk=kk, onto=k0 > 0):
                 out = t.reshape(mats, rows, n)
-                return ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, rows, n, kk, onto, chunks, tile
+                if pack:
+                    bp = pack_strips(bb, int(b_at[0]), b_rs, kk, n, nr)
+                    return (ab, a_at, a_rs, a_cs, bp, at_zero, nr, out, rows, n, kk, onto,
+                            chunks, tile, kk * nr)  # fmt: skip
+                return (ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, rows, n, kk, onto, chunks,
+                        tile, 0)  # fmt: skip
 
             work = nbatch * m * n * kk
             steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
@@ -163,6 +171,32 @@ def row_groups(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, mr: int, w
         if m % groups == 0 and (m // groups) % mr == 0:  # (no edge block in any group)
             return groups
     return 1
+
+
+def pack_strips(b: np.ndarray, origin: int, b_rs: int, k: int, n: int, nr: int) -> np.ndarray:
+    """The K x N matrix at ``b[origin + i * b_rs + j]`` in ``matmul_vector``'s packed strips:
+    strip s holds its K rows of ``nr`` columns one after another from ``s * k * nr``, columns
+    ``s * nr`` on, the last strip shifted to end at N.  Flat, and read-only where ``b`` is: the
+    kernel's argument of the same type either way (one compiled copy)."""
+    rows = np.lib.stride_tricks.as_strided(
+        b[origin:], shape=(k, n), strides=(b_rs * b.itemsize, b.itemsize), writeable=False
+    )
+    full, nstrips = n // nr, -(-n // nr)
+    packed = np.empty((nstrips, k, nr), b.dtype)
+    packed[:full] = rows[:, : full * nr].reshape(k, full, nr).transpose(1, 0, 2)
+    if full < nstrips:
+        packed[full] = rows[:, n - nr :]
+    packed = packed.reshape(-1)
+    if not b.flags.writeable:
+        packed.setflags(write=False)
+    return packed
+
+
+def packs_b(rows: int, m: int, n: int, k: int) -> bool:
+    """Whether ``matmul_vector`` reads B packed in strips (``pack_strips``, once a call and
+    block of K), rather than in place: for products of at least ``tuning.PACK_B_MIN_MNK``
+    multiply-adds a matrix, with at least ``PACK_B_MIN_ROWS`` rows passing each strip."""
+    return rows >= tuning.PACK_B_MIN_ROWS and m * n * k >= tuning.PACK_B_MIN_MNK
 
 
 def _tile_rows(tile: tuple) -> int:
