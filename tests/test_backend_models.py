@@ -498,10 +498,14 @@ def test_model_matches_onnx_evaluator_and_onnxruntime(name, opset):
     with_ours = reference.ReferenceEvaluator(exposed).run(None, feeds)
     for value_name, value, expected in zip(names, got, with_ours):
         assert_same_values(value, expected, what=value_name)
-    # The model itself (values dropped after their last use) gives the same outputs.
-    final = Backend.prepare(model).run(feeds)
-    for output, value in zip(model.graph.output, final):
+    # The model itself (values dropped after their last use) gives the same outputs, from a
+    # mapping of inputs and from a list of them (the run written for the graph).
+    final_rep = Backend.prepare(model)
+    final = final_rep.run(feeds)
+    listed = final_rep.run([feeds[input_name] for input_name in final_rep.input_names])
+    for output, value, from_list in zip(model.graph.output, final, listed):
         assert_same_values(value, got[output.name], what=output.name)
+        assert_same_values(from_list, value, what=output.name)
 
     # 3. The outputs against onnx's own MatMul and Pow, and against onnxruntime.
     plain = ReferenceEvaluator(model).run(None, feeds)

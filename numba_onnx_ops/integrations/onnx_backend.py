@@ -43,9 +43,12 @@ theirs exactly as :func:`numba_onnx_ops.resolve_version` does, and Pow-1's ``bro
 Running
 -------
 :meth:`Backend.prepare` resolves every node once (version, attributes, the function to call) and
-lays the graph out as a list of steps over numbered value slots, so :meth:`BackendRep.run` does
-little per node beyond the call itself; an intermediate value is dropped once its last consumer
-has run. Constant nodes are evaluated once, when the model is prepared.
+lays the graph out as a list of steps over numbered value slots; an intermediate value is dropped
+once its last consumer has run. Constant nodes are evaluated once, when the model is prepared.
+For the usual call of :meth:`BackendRep.run` (a list or tuple of numpy arrays of the declared
+dtypes) and a graph without If, Loop or Scan, it also writes those steps out as one Python
+function, each value a local variable and each node one call, which does nothing per node but
+the call itself (other inputs take the general loop over the steps).
 
 With a ``dask.array.Array`` among the inputs, MatMul and Pow stay lazy (checked when ``run`` is
 called, nothing computed), so a model made of them returns lazy dask arrays. onnx's reference
@@ -224,6 +227,93 @@ def _gather(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
     return operator.itemgetter(slice(start, start + len(slots)))
 
 
+_NOT_PLAIN = object()  # what ``_straight_line``'s function returns for other inputs
+
+
+def _straight_line(steps, dead, initial, positional, output_slots, outputs, node_error):
+    """``BackendRep.run`` as a function written for this graph, for the usual inputs (those
+    ``_plain_arrays`` accepts; for others it returns ``_NOT_PLAIN``): each value slot a local
+    variable, each step one call.  The same calls, in the same order, dropping each value where
+    the general loop does, and the same errors; without that loop's work per node (reading the
+    step, gathering the inputs from a list, writing the outputs back), a tenth of a small
+    model's run.  Steps with a context (If, Loop, Scan) are not written so; their graphs keep
+    the loop."""
+
+    def var(slot: int) -> str:
+        return "None" if slot == _NONE_SLOT else f"v{slot}"
+
+    names: dict[str, Any] = {
+        "outputs": outputs,
+        "new": tuple.__new__,  # (what a named tuple's own constructor calls)
+        "node_error": node_error,
+        "nodes": [],
+        "ndarray": np.ndarray,
+        "NOT_PLAIN": _NOT_PLAIN,
+    }
+    head = [
+        "    if inputs.__class__ is not list and inputs.__class__ is not tuple:",
+        "        return NOT_PLAIN",
+        f"    if len(inputs) != {len(positional)}:",
+        "        return NOT_PLAIN",
+    ]
+    for slot, value in enumerate(initial):
+        if slot not in (_NONE_SLOT, _UNNAMED_SLOT):
+            names[f"i{slot}"] = value
+            head.append(f"    v{slot} = i{slot}")
+    if positional:
+        head.append(f"    {''.join(f'{var(slot)}, ' for slot, _ in positional)}= inputs")
+    for slot, expected in positional:
+        names[f"d{slot}"] = expected
+        v, d = var(slot), f"d{slot}"
+        dtype = "" if expected is None else f" or not ({v}.dtype is {d} or {v}.dtype == {d})"
+        head.append(f"    if {v}.__class__ is not ndarray{dtype}:")
+        head.append("        return NOT_PLAIN")
+    body = []
+    for index, ((call, inputs, made, _, node), gone) in enumerate(zip(steps, dead)):
+        names["nodes"].append(node)
+        args = ", ".join(var(slot) for slot in inputs)
+        if (
+            isinstance(call, functools.partial)
+            and not call.args
+            and all(key.isidentifier() for key in call.keywords)
+        ):
+            # (keywords in the call itself: a partial's merge them into a new dict each call)
+            names[f"c{index}"] = call.func
+            for key, value in call.keywords.items():
+                names[f"k{index}_{key}"] = value
+                args += f", {key}=k{index}_{key}"
+        else:
+            names[f"c{index}"] = call
+        body.append(f"        at = {index}")
+        if made.__class__ is int:
+            target = var(made) if made not in (_NONE_SLOT, _UNNAMED_SLOT) else "_"
+            body.append(f"        {target} = c{index}({args})")
+        else:  # (as ``zip(outputs, result)``: the outputs the call returns)
+            body.append(f"        r = c{index}({args})")
+            for i, slot in enumerate(made):
+                if slot not in (_NONE_SLOT, _UNNAMED_SLOT):
+                    body.append(f"        if len(r) > {i}: {var(slot)} = r[{i}]")
+        for slot in gone:
+            if slot not in (_NONE_SLOT, _UNNAMED_SLOT):
+                body.append(f"        {var(slot)} = None")
+    results = "".join(f"{var(slot)}, " for slot in output_slots)
+    source = "\n".join(
+        [
+            "def run(inputs):",
+            *head,
+            "    at = -1",
+            "    try:",
+            *body,
+            "        pass",
+            "    except (TypeError, ValueError) as error:",
+            "        raise node_error(nodes[at], error) from error",
+            f"    return new(outputs, ({results}))",
+        ]
+    )
+    exec(compile(source, "<numba_onnx_ops model>", "exec"), names)  # noqa: S102 - our own code
+    return names["run"]
+
+
 def _computing_dask(run: Callable[..., Any]) -> Callable[..., Any]:
     """``run`` with its dask array arguments (and context values) computed first: onnx's
     reference classes take numpy arrays only."""
@@ -364,6 +454,19 @@ class BackendRep(_base.BackendRep):
         ]
         self._initial = initial
         self._placement = placement
+        # The usual run (positional numpy inputs, no If/Loop/Scan) as one function whose
+        # values are local variables (``_straight_line``).
+        self._straight = (
+            None
+            if any(context is not None for _, _, _, context, _ in steps)
+            else _straight_line(
+                steps, dead, initial, self._positional, self._output_slots, self._outputs,
+                self._node_error,
+            )
+        )  # fmt: skip
+
+    def _node_error(self, node: onnx.NodeProto, error: Exception) -> Exception:
+        return node_error(node, self._opsets.get(node.domain, self.opset), error)
 
     def placement(self) -> list[Placement]:
         """Which runtime runs each node of the model's graph, in the graph's order.
@@ -378,20 +481,18 @@ class BackendRep(_base.BackendRep):
         """
         return list(self._placement)
 
-    def _fill_arrays(self, inputs: Any, values: list[Any]) -> bool:
-        # The usual call, a list or tuple of every positional input as a numpy array of the
-        # declared dtype, puts them in ``values`` here: ``_feeds`` would cost a small
-        # product's time.  False for anything else, ``values`` then partly filled.
+    def _plain_arrays(self, inputs: Any) -> bool:
+        # The usual call: a list or tuple of every positional input as a numpy array of the
+        # declared dtype, which needs none of ``_feeds``'s work (a small product's time).
         if inputs.__class__ is not list and inputs.__class__ is not tuple:
             return False
         if len(inputs) != len(self._positional):
             return False
-        for (slot, expected), value in zip(self._positional, inputs):
+        for (_, expected), value in zip(self._positional, inputs):
             if value.__class__ is not np.ndarray or (
                 expected is not None and value.dtype != expected
             ):
                 return False
-            values[slot] = value
         return True
 
     def _feeds(self, inputs: Any) -> dict[str, Any]:
@@ -451,8 +552,14 @@ class BackendRep(_base.BackendRep):
             For an input dtype other than the one the graph declares, or one the operator
             version does not allow.
         """
+        if self._straight is not None:
+            result = self._straight(inputs)
+            if result is not _NOT_PLAIN:
+                return result
         values = self._initial.copy()
-        if self._fill_arrays(inputs, values):
+        if self._plain_arrays(inputs):
+            for (slot, _), value in zip(self._positional, inputs):
+                values[slot] = value
             steps = self._steps
         else:
             feeds = self._feeds(inputs)
@@ -475,8 +582,7 @@ class BackendRep(_base.BackendRep):
                 for i in dead:
                     values[i] = None
         except (TypeError, ValueError) as error:
-            node = step[-1]
-            raise node_error(node, self._opsets.get(node.domain, self.opset), error) from error
+            raise self._node_error(step[-1], error) from error
         return self._outputs(*[values[i] for i in self._output_slots])
 
 
