@@ -160,7 +160,7 @@ def _model(name, batch, width, target, runtime=BACKEND, quick_batch=None) -> Cas
 # contender) half a second a contender: under --quick a batch of 64 keeps the weights and the
 # paths of the full size (BLAS products, a Pow on the pool) at a sixteenth of the work.
 _MODELS = (
-    ("f32-b1-w64", 1, 64, 0.5, None),
+    ("f32-b1-w64", 1, 64, 1.0, None),
     ("f32-b32-w256", 32, 256, 1.0, None),
     ("f32-b1024-w1024", 1024, 1024, 1.0, 64),
 )
