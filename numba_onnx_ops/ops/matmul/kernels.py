@@ -11,8 +11,8 @@ arithmetic in the type itself is exactly the result modulo 2**bits).  Each outpu
 narrowed once, when it is stored.
 
 - ``matmul_vector``: float32/float64 (and, with AVX-512DQ, int64/uint64) products with
-  unit-stride B rows, on the explicit-vector micro-kernel of ``microkernel.py``, reading A and
-  B in place.
+  unit-stride B rows, on the explicit-vector micro-kernel of ``microkernel.py``, reading A in
+  place and B in place or packed in strips.
 - ``matmul_direct``: most other products: a register-blocked broadcast kernel that reads A in
   place and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
 - ``matmul_small``: batches of tiny matrices, read entirely in place.
