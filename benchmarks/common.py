@@ -75,3 +75,30 @@ def seconds_per_call(func: Callable[[], object], min_time: float = 0.25) -> floa
         func()
         samples.append(time.perf_counter() - t0)
     return statistics.median(samples)
+
+
+class ForcedTuning:
+    """Benchmarks of one decision's sides: ``force`` sets values of ``numba_onnx_ops.tuning``
+    and clears the call plans (which keep the decisions made with the old values); ``teardown``
+    puts the values back and clears the plans again.  Skips where those internals are missing."""
+
+    def force(self, **values):
+        try:
+            from numba_onnx_ops import tuning
+            from numba_onnx_ops.core import plans
+        except ImportError:
+            raise NotImplementedError("no numba_onnx_ops.core.plans") from None  # asv: skip
+        missing = [name for name in values if not hasattr(tuning, name)]
+        if missing:
+            raise NotImplementedError(f"no tuning.{missing[0]}")  # asv: skip
+        self._tuning, self._plans = tuning, plans
+        self._saved = {name: getattr(tuning, name) for name in values}
+        for name, value in values.items():
+            setattr(tuning, name, value)
+        plans.clear()
+
+    def teardown(self, *params):
+        for name, value in getattr(self, "_saved", {}).items():
+            setattr(self._tuning, name, value)
+        if hasattr(self, "_plans"):
+            self._plans.clear()

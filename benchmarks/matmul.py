@@ -8,13 +8,21 @@ as a parameter: versions 1, 9 and 13 differ only in the dtypes they accept, not 
 from __future__ import annotations
 
 import contextlib
+import sys
 
 import numpy as np
 
 from numba_onnx_ops import matmul
 
 from . import common
-from .common import MATMUL_DTYPES, dtype, random_array, seconds_per_call, shape
+from .common import (
+    MATMUL_DTYPES,
+    ForcedTuning,
+    dtype,
+    random_array,
+    seconds_per_call,
+    shape,
+)
 
 
 def _operands(dtype: str, a_dims, b_dims) -> tuple[np.ndarray, np.ndarray]:
@@ -127,6 +135,42 @@ class MatMulBatched:
         matmul(self.a, self.b)
 
     def track_gflops(self, dtype, shapes):
+        return (
+            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
+        )
+
+    track_gflops.unit = "GFLOP/s"
+
+
+#: Large products around the crossover of B packed in strips (``tuning.PACK_B_MIN_MNK``):
+#: widths a power of two (and 3 x 1024) apart, where B read in place misses L2, and one not.
+PACKED_B = {
+    "512^3": ((512, 512), (512, 512)),
+    "1000^3": ((1000, 1000), (1000, 1000)),
+    "1024^3": ((1024, 1024), (1024, 1024)),
+    "512x768x3072": ((512, 768), (768, 3072)),
+    "2048^3": ((2048, 2048), (2048, 2048)),
+}
+
+
+class MatMulPackedB(ForcedTuning):
+    """float32 and float64 products on the vector micro-kernel with B read in place
+    (``tuning.PACK_B_MIN_MNK`` past any size) and packed in strips (``PACK_B_MIN_MNK`` 0), side
+    by side: the sizes from which packing pays is what ``PACK_B_MIN_MNK`` holds."""
+
+    params = (["float32", "float64"], list(PACKED_B), ["in place", "packed"])
+    param_names = ("dtype", "shapes", "b")
+    timeout = 300
+
+    def setup(self, dtype_name, shapes, b):
+        self.force(PACK_B_MIN_MNK=sys.maxsize if b == "in place" else 0)
+        self.a, self.b = _operands(dtype_name, *PACKED_B[shapes])
+        self.out = matmul(self.a, self.b)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, dtype_name, shapes, b):
+        matmul(self.a, self.b)
+
+    def track_gflops(self, dtype_name, shapes, b):
         return (
             _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
         )

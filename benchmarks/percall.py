@@ -20,7 +20,7 @@ import numpy as np
 
 from numba_onnx_ops import matmul, pow  # noqa: A004 - the ONNX operator's name
 
-from .common import POW_X_DTYPES, dtype, random_array, shape
+from .common import POW_X_DTYPES, ForcedTuning, dtype, random_array, shape
 
 #: The exponents, each with and without ``opset=15``: a Python number as a numpy user writes it,
 #: a square (a shortcut for numpy and for us: 2.0, or 2 for integer bases) or a general power
@@ -146,31 +146,8 @@ WHERE = ["calling thread", "pool"]
 _ANYWHERE = sys.maxsize  # a size limit no call reaches
 
 
-class _HereOrPool:
-    """Forces a call onto the calling thread or the pool: ``force`` sets values of
-    ``numba_onnx_ops.tuning`` and clears the call plans (which keep the decisions made with the
-    old values); ``teardown`` puts the values back and clears the plans again."""
-
-    def force(self, **values):
-        try:
-            from numba_onnx_ops import tuning
-            from numba_onnx_ops.core import plans
-        except ImportError:
-            raise NotImplementedError("no numba_onnx_ops.core.plans") from None  # asv: skip
-        missing = [name for name in values if not hasattr(tuning, name)]
-        if missing:
-            raise NotImplementedError(f"no tuning.{missing[0]}")  # asv: skip
-        self._tuning, self._plans = tuning, plans
-        self._saved = {name: getattr(tuning, name) for name in values}
-        for name, value in values.items():
-            setattr(tuning, name, value)
-        plans.clear()
-
-    def teardown(self, *params):
-        for name, value in getattr(self, "_saved", {}).items():
-            setattr(self._tuning, name, value)
-        if hasattr(self, "_plans"):
-            self._plans.clear()
+class _HereOrPool(ForcedTuning):
+    """Forces a call onto the calling thread or the pool (``ForcedTuning``)."""
 
 
 #: Pow calls around their crossovers: the dtype of X and the exponent (a Python number).

@@ -58,12 +58,13 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # with at least PACK_B_MIN_ROWS rows passing each strip, and one B for the whole batch.  Read
 # in place from a B whose rows lie a large power of two apart (a width of 1024 or 2048, or 3072
 # = 3 * 1024), a strip falls into a few sets of the L2 cache, which holds a fraction of it,
-# and each row block fetches the rest again.  AMD Zen 4 (avx512f), the two plans interleaved
-# in one process, medians of 11, in place -> packed: float32 on 1 thread 1024^3 21.4 -> 20.8
-# ms, 1536^3 81.9 -> 74.5, 2048^3 185 -> 165, 512x768x3072 25.5 -> 24.2, 1024x3072x768 46.6 ->
-# 45.9, 1000^3 20.2 -> 19.9; on 2 threads 1024^3 12.4 -> 11.3, 2048^3 106 -> 92, 512x768x3072
-# 15.6 -> 13.9; float64 1024^3 45.9 -> 44.0, 2048^3 433 -> 383.  Below the threshold the copy
-# outweighs the gain: float32 512^3 2.45 / 2.47 ms on 1 thread, 1.35 / 1.38 on 2.
+# and each row block fetches the rest again (benchmarks/matmul.py, MatMulPackedB).  AMD Zen 4
+# (avx512f), the two plans interleaved in one process, medians of 11, in place -> packed:
+# float32 on 1 thread 1024^3 21.4 -> 20.8 ms, 1536^3 81.9 -> 74.5, 2048^3 185 -> 165,
+# 512x768x3072 25.5 -> 24.2, 1024x3072x768 46.6 -> 45.9, 1000^3 20.2 -> 19.9; on 2 threads
+# 1024^3 12.4 -> 11.3, 2048^3 106 -> 92, 512x768x3072 15.6 -> 13.9; float64 1024^3 45.9 ->
+# 44.0, 2048^3 433 -> 383.  Below the threshold the copy outweighs the gain: float32 512^3
+# 2.45 / 2.47 ms on 1 thread, 1.35 / 1.38 on 2.
 PACK_B_MIN_MNK = 1 << 29
 PACK_B_MIN_ROWS = 256
 # matmul_vector's tasks on the pool: groups of rows with all of B's strips (``own.row_groups``)
