@@ -67,6 +67,14 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # 2.45 / 2.47 ms on 1 thread, 1.35 / 1.38 on 2.
 PACK_B_MIN_MNK = 1 << 29
 PACK_B_MIN_ROWS = 256
+# With B packed, the blocks of K are longer: a packed strip of 1024 rows (256 KiB of the
+# float32 tile's 64 columns) stays in L2 as well, and C is read and written half as often.
+# Zen 4, float32, one process, K blocks of 512 / 1024 (medians of 9): 1024^3 on 1 thread
+# 20.4 / 19.7 and 20.6 / 20.2 ms, on 2 threads 11.8 / 11.0 and 10.7 / 10.5 ms; 2048^3 165.5 /
+# 164.5 ms on 1, 86.4 / 83.1 ms on 2; float64 1024^3 41.2 / 40.3 ms on 1, 23.2 / 21.9 on 2.
+# (B read in place keeps VECTOR_KC: 16x3072x768 1.30 / 1.42 ms, 256x4096x256 5.6 / 5.9 ms on
+# 1 thread.)
+PACKED_KC = {_F32: 1024, _F64: 1024}
 # matmul_vector's tasks on the pool: groups of rows with all of B's strips (``own.row_groups``)
 # where the batch gives a thread fewer than this many tasks and B's block of K rows fits this
 # many bytes, which stay in each core's L2 (half of AMD Zen 3's, a quarter of Zen 4's); else

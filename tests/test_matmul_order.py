@@ -89,10 +89,12 @@ def test_each_path_is_the_fma_chain(paths, width, dtype, a_shape, b_shape, path)
 
 def k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
     """``(A, B, (M, K, N))`` of random values for each pair of ``shapes``, with K whole, then
-    again in blocks of 16 (``tuning.VECTOR_KC``)."""
+    again in blocks of 16 (``tuning.VECTOR_KC``, ``PACKED_KC``)."""
     for kc in (None, 16):
         if kc is not None:
             monkeypatch.setattr(tuning, "VECTOR_KC", {F32: kc, F64: kc})
+            monkeypatch.setattr(tuning, "PACKED_KC", {F32: kc, F64: kc})
+            plans.clear()  # (the plans made with K whole)
         for a_shape, b_shape in shapes:
             a, b = values(rng, a_shape, dtype), values(rng, b_shape, dtype)
             yield a, b, (a_shape[-2], a_shape[-1], b_shape[-1])

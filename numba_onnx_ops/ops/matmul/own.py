@@ -106,6 +106,8 @@ def plan(a, b, batch, m, n, k):
         mats = nbatch * groups
         # (one B for the whole batch: packed once a call)
         pack = packs_b(rows, m, n, k) and bool((b_off == b_off[0]).all())
+        if pack:
+            kc = k_block(a.dtype, k, packed=True)
         at_zero = np.zeros(mats, np.int64)
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
@@ -213,11 +215,13 @@ def takes_floats(dtype: np.dtype) -> bool:
     return vector_tile(dtype, 32 // dtype.itemsize)[0] is not None
 
 
-def k_block(dtype: np.dtype, k: int) -> int:
-    """The micro-kernel's block of k: all of K up to ``tuning.VECTOR_KC``, else even blocks
-    of at most that, one ``matmul_vector`` call each (the sums continued from C), so that a
-    strip of B (``kc`` rows of the tile's width) stays in L2 while the row blocks pass."""
-    most = tuning.VECTOR_KC[dtype] if dtype in tuning.VECTOR_KC else k
+def k_block(dtype: np.dtype, k: int, packed: bool = False) -> int:
+    """The micro-kernel's block of k: all of K up to ``tuning.VECTOR_KC`` (with B packed in
+    strips, ``PACKED_KC``), else even blocks of at most that, one ``matmul_vector`` call each
+    (the sums continued from C), so that a strip of B (``kc`` rows of the tile's width) stays
+    in L2 while the row blocks pass."""
+    limits = tuning.PACKED_KC if packed else tuning.VECTOR_KC
+    most = limits[dtype] if dtype in limits else k
     return -(-k // -(-k // most))
 
 
