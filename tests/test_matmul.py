@@ -361,10 +361,13 @@ def test_out_is_filled_and_returned(dtype, rng):
     assert_matmul_close(out, a, b)
 
 
+@pytest.mark.parametrize("operands", ["arrays", "lists"])  # (lists: the general path)
 @pytest.mark.parametrize("order", ["F", "strided"])
-def test_out_any_layout(order, rng):
+def test_out_any_layout(order, operands, rng):
     a = random_array(rng, (7, 5), F64)
     b = random_array(rng, (5, 3), F64)
+    if operands == "lists":
+        a, b = a.tolist(), b.tolist()
     if order == "F":
         out = np.full((7, 3), np.nan, order="F")
         base = out

@@ -896,9 +896,12 @@ def test_out_is_filled_and_returned(xdtype, ydtype):
     assert_pow_matches(out, x, y)
 
 
-def test_out_any_layout():
+@pytest.mark.parametrize("operands", ["arrays", "lists"])  # (lists: the general path)
+def test_out_any_layout(operands):
     x, y = outer_operands(F64, F64)
-    shape = np.broadcast_shapes(x.shape, y.shape)
+    if operands == "lists":
+        x, y = x.tolist(), y.tolist()
+    shape = np.broadcast_shapes(np.shape(x), np.shape(y))
     base = np.full((2 * shape[0], 2 * shape[1]), 7.0)
     out = base[::2, ::2]
     assert pow_checked(x, y, out=out) is out

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...core import plans
-from ...core.checks import dask_operand, finish, prepare_out
-from . import decisions, dispatch
+from ...core.checks import dask_operand
+from . import dispatch
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -87,8 +87,4 @@ def matmul(
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 
         return dask_arrays.matmul(matmul, A, B, opset=opset, out=out)
-    label, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
-    result, target = prepare_out(label, out, shape, a.dtype, (a, b))
-    if target.size:
-        dispatch.run(a, b, a2, b2, batch, m, n, k, target)
-    return finish(result, target)
+    return dispatch.run_checked(A, B, opset, out)

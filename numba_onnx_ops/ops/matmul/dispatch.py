@@ -47,7 +47,7 @@ def make(A: np.ndarray, B: np.ndarray, opset):
     dtype = a.dtype
     if a is not A or b is not B:
         # an operand converted (its byte order): the checks convert it on every call
-        return lambda A, B: _checked_call(A, B, opset)
+        return lambda A, B: run_checked(A, B, opset)
     size = math.prod(shape)
     if size == 0:
         return lambda A, B: memory.empty(shape, dtype)
@@ -95,7 +95,7 @@ def make_into(A: np.ndarray, B: np.ndarray, opset):
         or math.prod(shape) == 0
         or (dtype in (_F32, _F64) and blas_wins(dtype, math.prod(batch), m, n, k, a2, b2))
     ):
-        return lambda A, B, out: _checked_into(A, B, opset, out)
+        return lambda A, B, out: run_checked(A, B, opset, out)
     step = _own_paths(a2, b2, batch, m, n, k)
     row, column = a.ndim == 1, b.ndim == 1
 
@@ -109,20 +109,17 @@ def make_into(A: np.ndarray, B: np.ndarray, opset):
     return into
 
 
-def _checked_into(A, B, opset, out):
+def run_checked(A, B, opset, out=None):
+    """The general path of a call: ``decisions.check`` (which raises what ``matmul`` documents
+    and converts operands where needed), ``out`` checked or the result allocated
+    (``checks.prepare_out``), the product, and its copy into ``out`` where the kernels wrote
+    elsewhere.  Every decision is made again: for calls no plan takes, and for plans of calls
+    whose operands are converted on every call."""
     label, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
     result, target = prepare_out(label, out, shape, a.dtype, (a, b))
     if target.size:
         run(a, b, a2, b2, batch, m, n, k, target)
     return finish(result, target)
-
-
-def _checked_call(A, B, opset):
-    _, a, b, a2, b2, batch, (m, k, n), shape = decisions.check(A, B, opset)
-    target = memory.empty(shape, a.dtype)
-    if target.size:
-        run(a, b, a2, b2, batch, m, n, k, target)
-    return target
 
 
 def run(a, b, a2, b2, batch, m, n, k, target) -> None:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ...core import plans
-from ...core.checks import dask_operand, finish, prepare_out
-from . import decisions, plan
+from ...core.checks import dask_operand
+from . import plan
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -128,8 +128,4 @@ def pow(  # noqa: A001 - the ONNX operator's name
         from ...integrations import dask_arrays  # (only where a dask array arrives)
 
         return dask_arrays.pow(pow, X, Y, opset=opset, broadcast=broadcast, axis=axis, out=out)
-    label, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
-    result, target = prepare_out(label, out, shape, x.dtype, (x, y))
-    if target.size:
-        plan.run(x, y, shape, target)
-    return finish(result, target)
+    return plan.run_checked(X, Y, opset, broadcast, axis, out)

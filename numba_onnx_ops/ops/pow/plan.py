@@ -46,7 +46,7 @@ def make(X: np.ndarray, Y, opset, broadcast, axis):
     dtype = x.dtype
     if x is not X or (type(Y) is np.ndarray and not Y.dtype.isnative):
         # an operand converted (its byte order): the checks convert it on every call
-        return lambda X, Y: _checked_call(X, Y, opset, broadcast, axis)
+        return lambda X, Y: run_checked(X, Y, opset, broadcast, axis)
     if type(Y) is not np.ndarray:
         y_of = lambda Y: y  # noqa: E731 - a constant: the exponent as the version typed it
     elif y is Y:
@@ -76,7 +76,7 @@ def make_into(X: np.ndarray, Y, opset, broadcast, axis):
     path's decisions.  A larger one takes the general path, which writes into ``out`` itself."""
     label, x, _, shape = decisions.check(X, Y, opset, broadcast, axis)
     if math.prod(shape) > min(tuning.POW_HERE_MAX.values()):
-        return lambda X, Y, out: _checked_into(X, Y, opset, broadcast, axis, out)
+        return lambda X, Y, out: run_checked(X, Y, opset, broadcast, axis, out)
     planned, dtype = make(X, Y, opset, broadcast, axis), x.dtype
 
     def into(X, Y, out):
@@ -88,20 +88,17 @@ def make_into(X: np.ndarray, Y, opset, broadcast, axis):
     return into
 
 
-def _checked_into(X, Y, opset, broadcast, axis, out):
+def run_checked(X, Y, opset, broadcast, axis, out=None):
+    """The general path of a call: ``decisions.check`` (which raises what ``pow`` documents
+    and converts operands where needed), ``out`` checked or the result allocated
+    (``checks.prepare_out``), the power, and its copy into ``out`` where the kernels wrote
+    elsewhere.  Every decision is made again: for calls no plan takes, and for plans of calls
+    whose operands are converted on every call."""
     label, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
     result, target = prepare_out(label, out, shape, x.dtype, (x, y))
     if target.size:
         run(x, y, shape, target)
     return finish(result, target)
-
-
-def _checked_call(X, Y, opset, broadcast, axis):
-    _, x, y, shape = decisions.check(X, Y, opset, broadcast, axis)
-    target = memory.empty(shape, x.dtype)
-    if target.size:
-        run(x, y, shape, target)
-    return target
 
 
 def _common_plan(x, y, y_of, shape, size):
