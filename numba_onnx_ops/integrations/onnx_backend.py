@@ -556,8 +556,11 @@ class BackendRep(_base.BackendRep):
             result = self._straight(inputs)
             if result is not _NOT_PLAIN:
                 return result
+            plain = False  # (the function made ``_plain_arrays``'s checks)
+        else:
+            plain = self._plain_arrays(inputs)
         values = self._initial.copy()
-        if self._plain_arrays(inputs):
+        if plain:
             for (slot, _), value in zip(self._positional, inputs):
                 values[slot] = value
             steps = self._steps
