@@ -108,7 +108,7 @@ def plan(a, b, batch, m, n, k):
         pack = packs_b(rows, m, n, k) and bool((b_off == b_off[0]).all())
         if pack:
             kc = k_block(a.dtype, k, packed=True)
-        at_zero = np.zeros(mats, np.int64)
+            at_zero = np.zeros(mats, np.int64)  # (the packed B's offsets)
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
             kk = min(kc, k - k0)
