@@ -30,9 +30,10 @@ def _operands(dtype: str, a_dims, b_dims) -> tuple[np.ndarray, np.ndarray]:
     return random_array(rng, shape(*a_dims), dtype), random_array(rng, shape(*b_dims), dtype)
 
 
-def _flop(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> int:
-    """Multiply-adds times two: output elements times the inner dimension, times two."""
-    return 2 * out.size * a.shape[-1]
+def _gflops(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> float:
+    """GFLOP/s of ``matmul(a, b)`` (whose result is shaped as ``out``): multiply-adds, output
+    elements times the inner dimension, counted as two operations each."""
+    return 2 * out.size * a.shape[-1] / seconds_per_call(lambda: matmul(a, b)) / 1e9
 
 
 class MatMulSquare:
@@ -51,9 +52,7 @@ class MatMulSquare:
 
     def track_gflops(self, dtype, n):
         """Throughput in GFLOP/s (integer multiply-adds counted as two operations too)."""
-        return (
-            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
-        )
+        return _gflops(self.a, self.b, self.out)
 
     track_gflops.unit = "GFLOP/s"
 
@@ -135,9 +134,7 @@ class MatMulBatched:
         matmul(self.a, self.b)
 
     def track_gflops(self, dtype, shapes):
-        return (
-            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
-        )
+        return _gflops(self.a, self.b, self.out)
 
     track_gflops.unit = "GFLOP/s"
 
@@ -171,9 +168,7 @@ class MatMulPackedB(ForcedTuning):
         matmul(self.a, self.b)
 
     def track_gflops(self, dtype_name, shapes, b):
-        return (
-            _flop(self.a, self.b, self.out) / seconds_per_call(lambda: matmul(self.a, self.b)) / 1e9
-        )
+        return _gflops(self.a, self.b, self.out)
 
     track_gflops.unit = "GFLOP/s"
 
