@@ -615,6 +615,31 @@ def test_matmul_calls_of_another_kind_make_their_own_plan(rng):
     assert len(matmul_api._PLANS) == len(variants)
 
 
+def _assert_other_outs(call, want, shape, dtype) -> None:
+    """``call(out)`` fills an ``out`` of another layout (Fortran-ordered, strided, unaligned)
+    with ``want``'s bits, and refuses, on every call, an ``out`` of another shape or dtype, a
+    read-only one and one that is not an ndarray.  ``shape``: the result's, 2-D."""
+    rows, cols = shape
+    outs = {
+        "Fortran": np.empty(shape, dtype, order="F"),
+        "strided": strided(np.empty(shape, dtype)),
+        "unaligned": unaligned(np.empty(shape, dtype)),
+    }
+    for name, out in outs.items():
+        assert call(out) is out
+        _same_bits(np.ascontiguousarray(out), want, what=name)
+    bad = [
+        (np.empty((rows, cols + 1), dtype), ValueError, "shape"),
+        (np.empty(shape, F64), TypeError, "dtype"),
+        (readonly(np.empty(shape, dtype)), ValueError, "read-only"),
+        (np.empty(shape, dtype).tolist(), TypeError, "numpy.ndarray"),
+    ]
+    for out, error, match in bad:
+        for _ in range(2):
+            with pytest.raises(error, match=match):
+                call(out)
+
+
 @pytest.mark.parametrize("dtype", [F32, I32, BF16], ids=dtype_id)
 @pytest.mark.parametrize("size", ["here", "pool"])
 def test_matmul_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size, rng):
@@ -630,29 +655,12 @@ def test_matmul_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size,
         assert nox.matmul(a, b, out=out) is out
         _same_bits(out, want, what="plain out")
     assert len(matmul_api._INTO) == 1
-    outs = {
-        "Fortran": np.empty((n, n), dtype, order="F"),
-        "strided": strided(np.empty((n, n), dtype)),
-        "unaligned": unaligned(np.empty((n, n), dtype)),
-    }
-    for name, out in outs.items():
-        assert nox.matmul(a, b, out=out) is out
-        _same_bits(np.ascontiguousarray(out), want, what=name)
+    _assert_other_outs(lambda out: nox.matmul(a, b, out=out), want, (n, n), dtype)
     for which in ("A", "B"):
         a1, b1 = a.copy(), b.copy()
         out = a1 if which == "A" else b1
         assert nox.matmul(a1, b1, out=out) is out
         _same_bits(out, want, what=f"out is {which}")
-    bad = [
-        (np.empty((n, n + 1), dtype), ValueError, "shape"),
-        (np.empty((n, n), F64), TypeError, "dtype"),
-        (readonly(np.empty((n, n), dtype)), ValueError, "read-only"),
-        (np.empty((n, n), dtype).tolist(), TypeError, "numpy.ndarray"),
-    ]
-    for out, error, match in bad:
-        for _ in range(2):
-            with pytest.raises(error, match=match):
-                nox.matmul(a, b, out=out)
 
 
 @pytest.mark.parametrize("dtype", [F32, F16, I32], ids=dtype_id)
@@ -671,27 +679,10 @@ def test_pow_calls_with_out_keep_a_plan_and_check_out_every_time(dtype, size, rn
         assert nox.pow(x, exponent, out=out) is out
         _same_bits(out, want, what="plain out")
     assert len(pow_api._INTO) == 1
-    outs = {
-        "Fortran": np.empty(x.shape, dtype, order="F"),
-        "strided": strided(np.empty(x.shape, dtype)),
-        "unaligned": unaligned(np.empty(x.shape, dtype)),
-    }
-    for name, out in outs.items():
-        assert nox.pow(x, exponent, out=out) is out
-        _same_bits(np.ascontiguousarray(out), want, what=name)
+    _assert_other_outs(lambda out: nox.pow(x, exponent, out=out), want, x.shape, dtype)
     x1 = x.copy()
     assert nox.pow(x1, exponent, out=x1) is x1
     _same_bits(x1, want, what="out is X")
-    bad = [
-        (np.empty((2, n + 1), dtype), ValueError, "shape"),
-        (np.empty(x.shape, F64), TypeError, "dtype"),
-        (readonly(np.empty(x.shape, dtype)), ValueError, "read-only"),
-        (np.empty(x.shape, dtype).tolist(), TypeError, "numpy.ndarray"),
-    ]
-    for out, error, match in bad:
-        for _ in range(2):
-            with pytest.raises(error, match=match):
-                nox.pow(x, exponent, out=out)
 
 
 def test_matmul_operands_of_other_strides_and_one_shape(rng):
