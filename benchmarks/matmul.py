@@ -203,6 +203,30 @@ class MatMulVector:
     track_gbps.unit = "GB/s"
 
 
+class MatMulRowPlacement:
+    """A single row of A, float32 (1,768) @ (768,3072) (B of 9.4 MB, from L3), with B starting
+    at ``offset`` bytes into a page.  A load from B that matches a recent store of the sums in
+    an address's low 12 bits waits on it, so the kernel places its sums half a page from B's
+    band: the offsets should time alike (the sums placed by the allocator, one placement of B
+    in 32 took 40% longer than the others)."""
+
+    params = [[0, 64, 1024, 2048, 3072, 4032]]
+    param_names = ("offset",)
+
+    def setup(self, offset):
+        rng = np.random.default_rng(0)
+        self.a = random_array(rng, (1, 768), "float32")
+        b = random_array(rng, (768, 3072), "float32")
+        room = np.empty(b.nbytes + 4096, np.uint8)
+        start = (offset - room.ctypes.data) % 4096
+        self.b = room[start : start + b.nbytes].view(np.float32).reshape(b.shape)
+        self.b[...] = b
+        matmul(self.a, self.b)
+
+    def time_matmul(self, offset):
+        matmul(self.a, self.b)
+
+
 class MatMulSmall:
     """n x n @ n x n for tiny n: the cost of the front layer (validation, dispatch, allocation)."""
 

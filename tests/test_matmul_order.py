@@ -12,11 +12,13 @@ panels follow the same chain in float32 and round once.
 from __future__ import annotations
 
 import importlib
+import os
 
 import ml_dtypes
 import numba
 import numpy as np
 import pytest
+from child import run_python
 from oracles import assert_matmul_close, assert_same_values, matmul_fma_chain, round_to_format
 from spies import Launches, spy_on_kernels
 
@@ -138,6 +140,54 @@ def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, 
         for laid in (np.ascontiguousarray(b[..., ::-1, :])[..., ::-1, :], padded):
             assert_same_values(noo.matmul(a, laid), matmul_fma_chain(a, b))
     assert set(paths.places) == {place} and set(paths) == {"matmul_vector"}
+
+
+def placed(b: np.ndarray, offset: int) -> np.ndarray:
+    """A C-contiguous copy of ``b`` whose first element lies ``offset`` bytes into a page."""
+    room = np.empty(b.nbytes + 4096 + b.itemsize, np.uint8)
+    start = (offset - room.ctypes.data) % 4096
+    copy = room[start : start + b.nbytes].view(b.dtype).reshape(b.shape)
+    copy[...] = b
+    return copy
+
+
+@pytest.mark.parametrize("place", ["here", "pool"])
+@pytest.mark.parametrize("dtype", [F32, F64, F16, BF16], ids=str)
+def test_single_rows_wherever_b_lies_are_the_fma_chain(paths, monkeypatch, dtype, place):
+    """A single row of A (``matmul_cols_axpy``, whose sums the kernel places apart from B's
+    band in the page) with B starting anywhere in a page, on one band and on several: the
+    chain, in float32 and rounded once for the half types."""
+    if place == "pool":
+        monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)
+    rng = np.random.default_rng(19)
+    a, b = values(rng, (1, 37), dtype), values(rng, (37, 200), dtype)
+    acc = F32 if dtype.itemsize == 2 else dtype
+    want = round_to_format(matmul_fma_chain(a, b, acc), dtype)
+    for offset in [*range(0, 4096, 256), 64, 4032, 4094, 2]:
+        assert_same_values(noo.matmul(a, placed(b, offset - offset % b.itemsize)), want)
+    assert set(paths) == {"matmul_cols_axpy"} and set(paths.places) == {place}
+
+
+def test_single_rows_keep_their_sums_within_their_scratch(tmp_path):
+    """The placed sums of ``matmul_cols_axpy`` stay inside the scratch the kernel allocates,
+    wherever B lies and whatever the dtype: run with numba's bounds checks on (a fresh
+    process and numba cache), any index outside an array raises."""
+    code = """
+        import sys
+        import numpy as np, ml_dtypes
+        sys.path.insert(0, sys.argv[1])
+        from test_matmul_order import placed
+        import numba_onnx_ops as noo
+        for dtype in (np.float32, np.float64, np.float16, ml_dtypes.bfloat16):
+            a = np.ones((1, 9), dtype)
+            b = np.ones((9, 300), dtype)
+            for offset in range(0, 4096, 64):
+                got = noo.matmul(a, placed(b, offset - offset % b.itemsize))
+                assert (got.astype(np.float32) == 9).all()
+        print("ok")
+    """
+    env = {"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
+    assert run_python(code, os.path.dirname(__file__), env=env).split() == ["ok"]
 
 
 @pytest.mark.parametrize("n", [48, 40])

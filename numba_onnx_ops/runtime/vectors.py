@@ -1,5 +1,6 @@
 """LLVM vector and cache-line primitives that kernels of both operators emit: ``llvm.fma`` on
-vectors, a scalar splatted across a vector, cache-line prefetches, a line's alignment."""
+vectors, a scalar splatted across a vector, cache-line prefetches, an address's place in a
+cache line or a page."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 LINE = 64  # bytes in a cache line, and in one full AVX-512 store
+PAGE = 4096  # bytes in a page
 
 
 def vector_fma(builder, vt):
@@ -95,16 +97,26 @@ prefetch_rows_for_read.__doc__ = """As ``prefetch_rows_for_write``, for data to 
 L2 (``prefetcht1``): a block to come, without evicting the one in L1."""
 
 
-@intrinsic
-def line_misalignment(typingctx, arr, index):
-    """The address of ``arr[index]`` modulo ``LINE``."""
-    if not (isinstance(arr, types.Array) and isinstance(index, types.Integer)):
-        return None
+def _address_modulo(size: int, name: str):
+    def typer(typingctx, arr, index):
+        if not (isinstance(arr, types.Array) and isinstance(index, types.Integer)):
+            return None
 
-    def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        data = context.make_array(signature.args[0])(context, builder, args[0]).data
-        at = builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)])
-        return builder.and_(builder.ptrtoint(at, i64), ir.Constant(i64, LINE - 1))
+        def codegen(context, builder, signature, args):
+            i64 = ir.IntType(64)
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            index_ = context.cast(builder, args[1], signature.args[1], types.int64)
+            at = builder.ptrtoint(builder.gep(data, [index_]), i64)
+            return builder.and_(at, ir.Constant(i64, size - 1))
 
-    return types.int64(arr, index), codegen
+        return types.int64(arr, index), codegen
+
+    typer.__name__ = typer.__qualname__ = name
+    return typer
+
+
+line_misalignment = intrinsic(_address_modulo(LINE, "line_misalignment"))
+line_misalignment.__doc__ = """The address of ``arr[index]`` modulo ``LINE``."""
+page_offset = intrinsic(_address_modulo(PAGE, "page_offset"))
+page_offset.__doc__ = """The address of ``arr[index]`` modulo ``PAGE``: the bits in which the
+CPU first matches a load against the stores before it."""

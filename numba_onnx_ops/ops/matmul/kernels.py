@@ -35,7 +35,7 @@ from ...runtime.convert import narrow, widen
 from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array
-from ...runtime.vectors import prefetch_rows_for_write
+from ...runtime.vectors import PAGE, page_offset, prefetch_rows_for_write
 from ...tuning import PREFETCH_MIN_K
 from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
 
@@ -480,7 +480,13 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         bi = t // ntasks
         j0 = (t - bi * ntasks) * cols
         nj = min(cols, N - j0)
-        acc = heap_array(nj, acc_proto)
+        # The sums half a page from B's band in the low address bits: a load from B that
+        # matched the sums' store before it in those bits would wait on the store (4K
+        # aliasing; measured: docs/design.md, "The own kernels").
+        room = heap_array(nj + PAGE // acc_proto.itemsize, acc_proto)
+        at = page_offset(b, b_off[bi] + j0 * b_cs) + PAGE // 2 - page_offset(room, 0)
+        start = (at % PAGE) // acc_proto.itemsize
+        acc = room[start : start + nj]
         for j in range(nj):
             acc[j] = 0
         xo = x_off[bi]
