@@ -90,6 +90,31 @@ def test_fork_after_parallel_kernels(layer):
     assert out.strip() == "0"
 
 
+KEPT_ENTRY_THEN_FORK = """
+import os
+import numpy as np
+import numba_onnx_ops as nox
+rng = np.random.default_rng(0)
+a = rng.standard_normal((256, 256)).astype(np.float32)
+want = [nox.matmul(a, a) for _ in range(4)][-1]  # (the plan keeps the kernel's entry)
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if np.array_equal(nox.matmul(a, a), want) else 3)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+@pytest.mark.parametrize("layer", ["default", "omp"])
+def test_fork_after_a_plan_kept_the_pool_entry(layer):
+    """A plan that launches through the kernel's compiled entry (``parallel.pool_entry``),
+    called again in a child forked after it: the same result, and under ``omp`` on the
+    serial twin, where libgomp's pool would abort the child."""
+    env = {"NUMBA_THREADING_LAYER": layer, "NUMBA_NUM_THREADS": "2"}
+    assert run_python(KEPT_ENTRY_THEN_FORK, env=env, timeout=240).strip() == "0"
+
+
 @pytest.mark.parametrize("layer", ["omp", "workqueue"])
 def test_threads_under_every_threading_layer(layer):
     code = (

@@ -104,17 +104,31 @@ def launch(kernel, *args):
 
 def pool_entry(kernel, *args):
     """What ``launch`` calls for ``kernel`` with arguments of exactly the types of ``args``, on
-    a pool of more than one thread, where the threading layer lets every call go straight to
-    the kernel (``tbb``): its compiled entry (``numba_private.entry_point``), SLP included,
-    which skips ``launch``'s policy and the dispatcher's matching of the types, two fifths of a
-    small launch's cost.  ``None`` under any other layer, or before the first launch has picked
-    one: the caller launches.  The caller also checks ``numba_private.threads_now()`` on every
-    call, as ``launch`` does: on one thread the serial twin runs instead."""
-    if threading_layer() != "tbb":
+    a pool of more than one thread, where the threading layer lets a call go straight to the
+    kernel: its compiled entry (``numba_private.entry_point``), SLP included, which skips
+    ``launch``'s policy and the dispatcher's matching of the types, two fifths of a small
+    launch's cost.  Under ``tbb``, the entry itself; under ``omp``, the entry behind the one
+    check ``launch`` makes there, so that a process forked after the layer started runs the
+    serial twin (libgomp's pool would abort it).  ``None`` under any other layer, or before
+    the first launch has picked one: the caller launches.  The caller also checks
+    ``numba_private.threads_now()`` on every call, as ``launch`` does: on one thread the
+    serial twin runs instead."""
+    layer = threading_layer()
+    if layer not in ("tbb", "omp"):
         return None
     if kernel.slp and (kernel, args[0].dtype) not in _slp_built:
         _build_with_slp(kernel, args)
-    return entry_point(kernel, args)
+    entry = entry_point(kernel, args)
+    if layer == "tbb":
+        return entry
+    twin = serial_twin(kernel)
+
+    def unless_forked(*call):
+        if _forked_after_start:
+            return here(twin, *call)
+        return entry(*call)
+
+    return unless_forked
 
 
 def here(kernel, *args):
