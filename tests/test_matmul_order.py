@@ -133,12 +133,13 @@ def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, 
     shapes = [((40, 24), (24, 70)), ((21, 33), (33, 32)), ((3, 18, 17), (17, 40))]
     for a, b, (m, k, n) in k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
         assert own.packs_b(m, m, n, k)
-        assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
+        want = matmul_fma_chain(a, b)
+        assert_same_values(noo.matmul(a, b), want)
         # B's rows in reverse (a negative row stride) and apart (padded rows)
         padded = np.empty(b.shape[:-1] + (n + 3,), dtype)[..., :n]
         padded[...] = b
         for laid in (np.ascontiguousarray(b[..., ::-1, :])[..., ::-1, :], padded):
-            assert_same_values(noo.matmul(a, laid), matmul_fma_chain(a, b))
+            assert_same_values(noo.matmul(a, laid), want)
     assert set(paths.places) == {place} and set(paths) == {"matmul_vector"}
 
 
