@@ -185,6 +185,14 @@ def test_single_rows_keep_their_sums_within_their_scratch(tmp_path):
             for offset in range(0, 4096, 64):
                 got = noo.matmul(a, placed(b, offset - offset % b.itemsize))
                 assert (got.astype(np.float32) == 9).all()
+        # a band wider than the stack's scratch takes a heap block
+        from numba_onnx_ops.core.dtypes import NATIVE
+        from numba_onnx_ops.ops.matmul import kernels
+        x, b = np.ones(9, np.float32), np.ones((9, 6000), np.float32)
+        out, zero = np.empty((1, 6000), np.float32), np.zeros(1, np.int64)
+        kernels.matmul_cols_axpy(x, zero, 1, b.reshape(-1), zero, 6000, 1, NATIVE, out, 6000,
+                                 9, 6000, np.empty(0, np.float32))
+        assert (out == 9).all()
         print("ok")
     """
     env = {"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}

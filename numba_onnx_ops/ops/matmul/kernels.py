@@ -462,6 +462,11 @@ def matmul_rows_dot(a, a_off, a_rs, a_cs, x, x_off, x_s, kind, out, M, K, rows, 
             out[bi, i] = narrow(acc[0], kind, out)
 
 
+# Elements of ``matmul_cols_axpy``'s scratch on the stack: a band of at most 16 KiB of sums
+# (``own.plan``) and a page, in 4-byte sums (8-byte sums take twice the bytes).
+_AXPY_ROOM = 5120
+
+
 @kernel(parallel=True, fastmath={"contract"})
 def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols, acc_proto):
     """out[b, j] = sum_k x[b, k] * B[b, k, j]: rows of B scaled and added, ``cols`` per task.
@@ -482,8 +487,13 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         nj = min(cols, N - j0)
         # The sums half a page from B's band in the low address bits: a load from B that
         # matched the sums' store before it in those bits would wait on the store (4K
-        # aliasing; measured: docs/design.md, "The own kernels").
-        room = heap_array(nj + PAGE // acc_proto.itemsize, acc_proto)
+        # aliasing; measured: docs/design.md, "The own kernels").  On the stack, which
+        # costs nothing per task, where the strip and the page fit (``own.plan``'s bands
+        # always do); a heap block of a page more took a batch of 4,096 short rows 40% longer.
+        slack = PAGE // acc_proto.itemsize
+        room = stack_array(_AXPY_ROOM, acc_proto)
+        if nj + slack > room.size:
+            room = heap_array(nj + slack, acc_proto)
         at = page_offset(b, b_off[bi] + j0 * b_cs) + PAGE // 2 - page_offset(room, 0)
         start = (at % PAGE) // acc_proto.itemsize
         acc = room[start : start + nj]
