@@ -489,7 +489,8 @@ def matmul_cols_axpy(x, x_off, x_s, b, b_off, b_rs, b_cs, kind, out, N, K, cols,
         # matched the sums' store before it in those bits would wait on the store (4K
         # aliasing; measured: docs/design.md, "The own kernels").  On the stack, which
         # costs nothing per task, where the strip and the page fit (``own.plan``'s bands
-        # always do); a heap block of a page more took a batch of 4,096 short rows 40% longer.
+        # always do): a heap block a page larger for every task cost batches of short rows
+        # more than the stall.
         slack = PAGE // acc_proto.itemsize
         room = stack_array(_AXPY_ROOM, acc_proto)
         if nj + slack > room.size:
