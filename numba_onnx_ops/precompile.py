@@ -116,21 +116,22 @@ def compiled_specializations() -> dict[str, int]:
     """Signatures compiled (or loaded from cache) so far, per numba function of this package.
 
     Keys are ``module.function``; the kernels the front layers launch (with their serial twins,
-    ``module.function_here``) and the ``@njit`` helpers they call are all listed (a helper gets
-    a signature per caller type).
+    ``module.function_here``, and their twins on the own pool, ``module.function_tasks``) and
+    the ``@njit`` helpers they call are all listed (a helper gets a signature per caller type).
     """
     from numba.extending import is_jitted
 
     from .runtime.jit import serial_twins
+    from .runtime.pool import task_twins
 
-    found = list(serial_twins())
+    found = [*serial_twins(), *task_twins()]
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith(__package__ + "."):
             continue
         found.extend(value for value in vars(module).values() if is_jitted(value))
     kernels = {}
     for value in found:
-        if value.signatures:
-            func = value.py_func
+        func = value.py_func
+        if value.signatures and func.__module__.startswith(__package__ + "."):
             kernels[f"{func.__module__}.{func.__qualname__}"] = len(value.signatures)
     return kernels

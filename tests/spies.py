@@ -1,7 +1,8 @@
 """Spies on where the package runs its work: every kernel and every BLAS call.
 
 Kernels run in one of two places: on the pool (``parallel.launch``, or the compiled entry a
-plan keeps from ``parallel.pool_entry``: a kernel compiled with ``parallel=True``) or on the
+plan keeps from ``parallel.pool_entry``: a kernel compiled with ``parallel=True``; or the own
+pool's ``parallel.pool_runner``, a task twin ``<name>_tasks``, on more than one thread) or on the
 calling thread (``parallel.here``, and the compiled entries a plan
 keeps from ``parallel.here_entry``: a serial twin of a pool kernel, ``<name>_here``, or a Pow
 kernel of the calling thread, ``pow_<class>_here``).  A spy reports each kernel run by its
@@ -25,9 +26,10 @@ POOL, HERE, BLAS = "pool", "here", "blas"
 
 
 def kernel_name(kernel) -> str:
-    """The name of the pool kernel ``kernel`` stands for: its own, less a ``_here`` suffix."""
+    """The name of the pool kernel ``kernel`` stands for: its own, less a ``_here`` or a
+    ``_tasks`` suffix (a serial twin, a task twin)."""
     name = kernel.py_func.__name__
-    return name.removesuffix("_here")
+    return name.removesuffix("_here").removesuffix("_tasks")
 
 
 def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
@@ -35,10 +37,12 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     once per call: the outermost of nested calls (``launch`` running a serial twin after a
     fork, ``here`` running a kernel through its entry) is the one recorded."""
     parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
+    threads_now = importlib.import_module("numba_onnx_ops.runtime.numba_private").threads_now
     blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
     real_launch, real_here = parallel.launch, parallel.here
     real_entry, real_blas = parallel.here_entry, blas.matmul
     real_pool_entry = parallel.pool_entry
+    real_runner = parallel.pool_runner
     state = threading.local()
 
     def outermost(name: str, place: str, call, *args, **kwargs):
@@ -71,6 +75,15 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
         name = kernel_name(kernel)
         return lambda *a: outermost(name, POOL, entry, *a)
 
+    def runner(kernel, args):
+        go = real_runner(kernel, args)
+        name = kernel_name(kernel)
+
+        def run(*a):  # (a runner on one thread runs its twin alone, on the calling thread)
+            return outermost(name, POOL if threads_now() > 1 else HERE, go, *a)
+
+        return run
+
     def blas_matmul(*args, **kwargs):
         return outermost(BLAS, BLAS, real_blas, *args, **kwargs)
 
@@ -79,6 +92,7 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     monkeypatch.setattr(parallel, "here", here)
     monkeypatch.setattr(parallel, "here_entry", here_entry)
     monkeypatch.setattr(parallel, "pool_entry", pool_entry)
+    monkeypatch.setattr(parallel, "pool_runner", runner)
     monkeypatch.setattr(blas, "matmul", blas_matmul)
 
 

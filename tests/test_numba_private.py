@@ -105,7 +105,7 @@ codegen.JITCodeLibrary._finalize_specific = recording(
 import numba_onnx_ops as nox
 from numba_onnx_ops import tuning
 from numba_onnx_ops.ops.pow.kernels import CHUNK
-from numba_onnx_ops.runtime import jit
+from numba_onnx_ops.runtime import jit, pool
 # small calls (the calling thread's kernels) and large ones (the pool's, with parallel loops)
 pow_right = matmul_right = True
 for n in (40, min(tuning.POW_HERE_MAX["general"], CHUNK) + 1):
@@ -122,7 +122,7 @@ for n in (6, side):
 print(json.dumps({
     "pow": pow_right,
     "matmul": matmul_right,
-    "twins": [twin.py_func.__qualname__ for twin in jit.serial_twins()],
+    "twins": [twin.py_func.__qualname__ for twin in jit.serial_twins() + pool.task_twins()],
     "emitted": emitted,
     "optimized": optimized,
 }))
@@ -164,8 +164,10 @@ def test_only_kernels_become_machine_code(machine_code, step):
     result = machine_code
     assert result["pow"] and result["matmul"]
     kernels = _kernel_names()
-    # a serial twin is its kernel's code under the kernel's name and ``_here``
-    assert all(t.removesuffix("_here") in kernels for t in result["twins"]), result["twins"]
+    # a twin is its kernel's code under the kernel's name and ``_here`` (serial) or ``_tasks``
+    # (the own pool's)
+    twins = result["twins"]
+    assert all(t.removesuffix("_here").removesuffix("_tasks") in kernels for t in twins), twins
     kernels |= set(result["twins"])
     others = [
         n for n in result[step] if n not in kernels and not n.startswith("__numba_parfor_gufunc")

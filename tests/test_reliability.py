@@ -144,12 +144,12 @@ def _where_moved():
     """(CPU before, CPU after) the calling thread asks to be moved off the CPU it is on."""
     from numba import njit
 
-    from numba_onnx_ops.runtime.schedule import _move_off, current_cpu
+    from numba_onnx_ops.runtime.schedule import current_cpu, move_off
 
     @njit
     def probe():
         cpu = current_cpu()
-        _move_off(cpu)
+        move_off(cpu)
         return cpu, current_cpu()
 
     return probe()

@@ -42,6 +42,7 @@ KERNEL_SOURCES = (
     "runtime.half",
     "runtime.jit",
     "runtime.numba_private",
+    "runtime.pool",
     "runtime.schedule",
     "runtime.stack",
     "runtime.vectors",
@@ -141,16 +142,26 @@ def serial_twins() -> list:
 
 
 def _make_twin(kernel):
-    func = kernel.py_func
+    return compile_twin(kernel, kernel.py_func, "_here")
+
+
+def compile_twin(kernel, func, suffix: str, **bound):
+    """``func`` (``kernel``'s Python function, or one made from its source) compiled with the
+    kernel's options but ``parallel``, under the kernel's name with ``suffix``, the schedule's
+    helpers (``call_state``, ``spread``, ``set_chunksize``) doing nothing and the globals
+    ``bound`` bound."""
     names = dict(
-        func.__globals__, call_state=no_call_state, set_chunksize=no_chunksize, spread=no_spread
+        func.__globals__,
+        call_state=no_call_state,
+        set_chunksize=no_chunksize,
+        spread=no_spread,
+        **bound,
     )
-    twin = types.FunctionType(
-        func.__code__, names, func.__name__ + "_here", func.__defaults__, func.__closure__
-    )
-    twin.__qualname__ = func.__qualname__ + "_here"
-    twin.__module__ = func.__module__
-    twin.__doc__ = func.__doc__
+    name = kernel.py_func.__name__ + suffix
+    twin = types.FunctionType(func.__code__, names, name, func.__defaults__, func.__closure__)
+    twin.__qualname__ = kernel.py_func.__qualname__ + suffix
+    twin.__module__ = kernel.py_func.__module__
+    twin.__doc__ = kernel.py_func.__doc__
     options = {k: v for k, v in kernel.jit_options.items() if k != "parallel"}
     dispatcher = _cached_or_not(twin, options)
     dispatcher.slp = kernel.slp

@@ -35,6 +35,12 @@ package was tried with); the attributes below exist and behave as described in b
   functions numba's own ``numba.get_thread_id()`` and internal ``_iget_num_threads`` compile to,
   registered by the same start of the threading layer (which ``spread`` forces at compile time
   through the public ``numba.get_num_threads()``).
+- ``CompileResult.library.get_pointer_to_function``, ``CompileResult.fndesc.llvm_func_name`` and
+  the CPU calling convention's ``get_function_type``, ``get_return_type``, ``_get_arg_packer``
+  and ``_get_return_status`` (:func:`compiled_address`, :func:`call_compiled`): the own pool's
+  workers call a kernel's twin by the address of its machine code, as numba's own calls of one
+  compiled function from another do by name.  Where they are missing, the pool is not used
+  (``runtime.pool.available``) and kernels launch on the threading layer.
 - ``numba.np.ufunc.parallel._get_num_threads`` (:func:`threads_now`): the ctypes function
   ``numba.get_num_threads`` returns after starting the layer and checking the count, the calling
   thread's count of threads for parallel loops (a seventh of the public function's cost).
@@ -93,6 +99,8 @@ import contextlib
 import warnings
 
 import numba
+from numba import types
+from numba.core import cgutils
 
 CHECKED_ON = ("0.60.0", "0.68.1")
 
@@ -454,3 +462,44 @@ def native_function(name: str, define):
         library.finalize()
         address = library.get_pointer_to_function(name)
     return (address, library) if address else None
+
+
+try:
+    from numba.core.callconv import CPUCallConv as _CPUCallConv
+
+    HAVE_ADDRESS_CALLS = all(
+        callable(getattr(_CPUCallConv, name, None))
+        for name in ("get_function_type", "get_return_type", "_get_arg_packer",
+                     "_get_return_status")
+    ) and callable(getattr(_JITCodeLibrary, "get_pointer_to_function", None))  # fmt: skip
+except (ImportError, NameError):  # pragma: no cover - depends on numba's internals
+    HAVE_ADDRESS_CALLS = False
+
+
+def compiled_address(dispatcher, args: tuple) -> int | None:
+    """The address of ``dispatcher``'s machine code for arguments of ``args``' types (compiled
+    for them already), in numba's calling convention (``call_compiled``); valid while the
+    dispatcher lives.  ``None`` where this numba differs from the versions checked."""
+    if not HAVE_ADDRESS_CALLS:
+        return None
+    sig = tuple(dispatcher.typeof_pyval(a) for a in args)
+    try:
+        cres = dispatcher.overloads[sig]
+        return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name) or None
+    except (AttributeError, KeyError):
+        return None
+
+
+def call_compiled(context, builder, address, argtypes, args):
+    """IR: call the compiled function at ``address`` (an i64; ``compiled_address``), which
+    returns nothing, with ``args`` of the numba types ``argtypes``; an i1, true where it
+    raised (its exception stays behind)."""
+    conv = context.call_conv
+    fnty = conv.get_function_type(types.none, argtypes)
+    callee = builder.inttoptr(address, fnty.as_pointer())
+    ret = cgutils.alloca_once(builder, conv.get_return_type(types.none).pointee)
+    builder.store(cgutils.get_null_value(ret.type.pointee), ret)
+    excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
+    packed = list(conv._get_arg_packer(argtypes).as_arguments(builder, args))
+    code = builder.call(callee, [ret, excinfo, *packed])
+    return conv._get_return_status(builder, code, builder.load(excinfo)).is_error

@@ -27,8 +27,9 @@ from importlib import metadata
 
 import numba
 
+from . import pool
 from .jit import serial_twin
-from .numba_private import compile_with_slp, entry_point, threads_now
+from .numba_private import compile_with_slp, compiled_address, entry_point, threads_now
 
 _lock = threading.Lock()
 _forked_after_start = False  # this process is a fork of one whose layer had started
@@ -129,6 +130,31 @@ def pool_entry(kernel, *args):
         return entry(*call)
 
     return unless_forked
+
+
+def pool_runner(kernel, args: tuple):
+    """A function ``go(*args)`` that runs ``kernel`` on the own pool (``runtime.pool``): its
+    task twin on the calling thread and on as many workers as ``numba.set_num_threads`` allows
+    the calling thread, for arguments of exactly the types of ``args`` (the twin is compiled
+    for them now, SLP included).  Alone, in order, where the calling thread allows one thread
+    or another thread's job holds the pool.  Only where ``pool.available()``."""
+    p = pool.pool()
+    twin = pool.tasks_of(kernel)
+    ctrl, lock, no_claims = p.ctrl, p.lock, pool.NO_CLAIMS
+    entry = here_entry(twin, *args, no_claims, ctrl, 0, 0)  # (the types of a call on the pool)
+    address = compiled_address(twin, (*args, no_claims, ctrl, 0, 0))
+
+    def go(*call):
+        helpers = threads_now() - 1
+        if helpers > 0 and lock.acquire(False):
+            try:
+                entry(*call, no_claims, ctrl, helpers, address)
+            finally:
+                lock.release()
+        else:
+            entry(*call, no_claims, ctrl, 0, 0)
+
+    return go
 
 
 def here(kernel, *args):

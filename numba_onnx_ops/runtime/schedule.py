@@ -117,7 +117,7 @@ def _emit_move_off(context, builder, cpu):
 
 
 @intrinsic
-def _move_off(typingctx, cpu):
+def move_off(typingctx, cpu):
     """Move the calling thread off ``cpu`` (see ``_emit_move_off``)."""
     if not isinstance(cpu, types.Integer):
         return None
@@ -129,6 +129,23 @@ def _move_off(typingctx, cpu):
         return context.get_dummy_value()
 
     return types.void(cpu), codegen
+
+
+@intrinsic
+def yield_cpu(typingctx):
+    """Give the calling thread's CPU to the next thread in its run queue (``sched_yield``)."""
+
+    def codegen(context, builder, signature, args):
+        if _LINUX:
+            _emit_yield(builder)
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
+def _emit_yield(builder):
+    fnty = ir.FunctionType(ir.IntType(32), [])
+    builder.call(cgutils.get_or_insert_function(builder.module, fnty, "sched_yield"), [])
 
 
 def _c_function(builder, name):
@@ -229,10 +246,7 @@ def spread(typingctx, state):
                         with builder.if_then(
                             builder.icmp_signed(">", nthreads, ir.Constant(cgutils.intp_t, 1))
                         ):
-                            yield_fn = cgutils.get_or_insert_function(
-                                builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield"
-                            )
-                            builder.call(yield_fn, [])
+                            _emit_yield(builder)
         return context.get_dummy_value()
 
     return types.void(state), codegen

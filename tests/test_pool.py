@@ -1,0 +1,203 @@
+"""The own pool (``runtime.pool``): task twins, claims from both ends, jobs, errors, sleep and
+wake, one thread, several threads, fork."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import time
+
+import numba
+import numpy as np
+import pytest
+from child import run_python
+from numba import prange
+
+from numba_onnx_ops import tuning
+from numba_onnx_ops.runtime import parallel, pool
+from numba_onnx_ops.runtime.jit import kernel
+
+pytestmark = pytest.mark.skipif(not pool.available(), reason="the own pool runs on Linux x86-64")
+
+
+@kernel(parallel=True)
+def count_tasks(out, work):
+    """out[t] += 1 for every task t, each after ``work`` turns of a loop (so that the tasks
+    take long enough for several threads to claim some)."""
+    n = out.size
+    for t in prange(n):
+        s = 0.0
+        for r in range(work):
+            s += np.sqrt(r + t)
+        out[t] += 1 + 0 * s
+
+
+@kernel(parallel=True)
+def raise_at(out, bad):
+    """out[t] = t, but task ``bad`` raises (every task where ``bad`` is negative)."""
+    for t in prange(out.size):
+        if t == bad or bad < 0:
+            raise ValueError("task")
+        out[t] = t
+
+
+@kernel(parallel=True)
+def meet(seen, spins):
+    """Two tasks that each wait (up to ``spins`` turns) for the other to start: where they
+    run at once, on two threads, both see the other and set their flag ``seen[1 + t]``; one
+    thread running both in turn gives up in the first."""
+    for t in prange(2):
+        pool.add(seen, 0, 1)
+        turns = 0
+        while pool.load(seen, 0) < 2 and turns < spins:
+            turns += 1
+        if pool.load(seen, 0) >= 2:
+            seen[1 + t] = 1
+
+
+def _tasks(n: int, work: int, threads: int = 2):
+    out = np.zeros(n, np.int64)
+    go = parallel.pool_runner(count_tasks, (out, work))
+    with numba_threads(threads):
+        go(out, work)
+    return out
+
+
+class numba_threads:
+    """``numba.set_num_threads(n)`` for a block, the count before restored after."""
+
+    def __init__(self, n: int):
+        self.n = min(n, numba.config.NUMBA_NUM_THREADS)
+
+    def __enter__(self):
+        self.saved = numba.get_num_threads()
+        numba.set_num_threads(self.n)
+
+    def __exit__(self, *exc):
+        numba.set_num_threads(self.saved)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 64, 1001])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_task_runs_once(n, threads):
+    """However the caller (from the front) and the workers (from the back) share the tasks,
+    each runs exactly once."""
+    for work in (0, 200):
+        for _ in range(20):
+            assert (_tasks(n, work, threads) == 1).all()
+
+
+def test_a_worker_shares_the_job():
+    """With more than one thread, a worker runs tasks of the job at the same time as the
+    caller (a worker busy elsewhere, or asleep, may miss a job now and then: some tries)."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread")
+    seen = np.zeros(3, np.int64)
+    go = parallel.pool_runner(meet, (seen, 0))
+    with numba_threads(2):
+        for _ in range(50):
+            seen[:] = 0
+            go(seen, 10**8)
+            if (seen == [2, 1, 1]).all():
+                break
+    assert (seen == [2, 1, 1]).all()
+    with numba_threads(1):  # (the same, alone: the first task gives up)
+        seen[:] = 0
+        go(seen, 10**4)
+        assert (seen == [2, 0, 1]).all()
+
+
+def test_one_thread_opens_no_job():
+    out = np.zeros(50, np.int64)
+    go = parallel.pool_runner(count_tasks, (out, 0))
+    gen = pool.pool().ctrl[pool._GEN]
+    with numba_threads(1):
+        go(out, 0)
+    assert (out == 1).all()
+    assert pool.pool().ctrl[pool._GEN] == gen
+
+
+@pytest.mark.parametrize("where", ["first", "last", "every"])
+def test_a_task_that_raises_raises_in_the_caller(where):
+    """A task that raises, on the calling thread or on a worker, raises ``RuntimeError`` once
+    every thread has left the job; the pool runs the next job as before."""
+    out = np.zeros(16, np.int64)
+    go = parallel.pool_runner(raise_at, (out, 0))
+    bad = {"first": 0, "last": 15, "every": -1}[where]
+    with numba_threads(2):
+        raised = RuntimeError if numba.get_num_threads() > 1 else ValueError
+        for _ in range(5):
+            with pytest.raises(raised):
+                go(out, bad)
+        go(out, 99)  # (no task raises)
+    assert (out == np.arange(16)).all()
+    assert pool.pool().ctrl[pool._FAILED] == 0
+
+
+def test_workers_sleep_after_their_spin_and_wake_for_a_job():
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread")
+    p = pool.pool()
+    _tasks(4, 0)
+    deadline = time.monotonic() + 5
+    while p.ctrl[pool._SLEEPING] != p.workers and time.monotonic() < deadline:
+        time.sleep(tuning.POOL_SPIN_US * 4e-6)
+    assert p.ctrl[pool._SLEEPING] == p.workers
+    assert (_tasks(100, 1000) == 1).all()
+
+
+def test_jobs_from_several_threads():
+    """Python threads that call at once: one job holds the pool, the others run alone; every
+    task of every call runs once."""
+
+    def calls(seed):
+        rng = np.random.default_rng(seed)
+        return all((_tasks(int(rng.integers(0, 300)), 100) == 1).all() for _ in range(30))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(calls, range(8), timeout=300))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
+def test_a_forked_child_starts_its_own_workers():
+    """A child forked after the parent's pool started has no workers of the parent's: it
+    starts its own and shares its jobs with them."""
+    code = """
+        import os, sys, threading
+        import numpy as np
+        sys.path.insert(0, sys.argv[1])
+        import test_pool
+        from numba_onnx_ops.runtime import parallel, pool
+        assert (test_pool._tasks(100, 100) == 1).all()
+        parent = pool.pool()
+        pid = os.fork()
+        if pid == 0:
+            ok = (test_pool._tasks(100, 100) == 1).all() and pool.pool() is not parent
+            names = [t.name for t in threading.enumerate()]
+            ok = ok and sum(n.startswith("numba_onnx_ops-") for n in names) == parent.workers
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("ok" if os.waitstatus_to_exitcode(status) == 0 else "child failed")
+    """
+    assert run_python(code, os.path.dirname(__file__)).split() == ["ok"]
+
+
+def test_the_twin_claims_its_tasks_in_the_prange_loop():
+    """The rewritten loop: the count once, a claim per turn, and a stop when none is left."""
+    twin = pool.task_twin(count_tasks)
+    names = twin.__code__.co_varnames
+    assert names[: 2 + 4] == ("out", "work", "_claims", "_pool", "_helpers", "_self")
+    assert {"_n", "_i", "t"} <= set(names)
+    assert "claim" in twin.__code__.co_names and "run" in twin.__code__.co_names
+    assert "prange" not in twin.__code__.co_names
+
+
+def test_a_kernel_without_one_prange_has_no_twin():
+    def two(out):
+        for t in prange(3):
+            out[t] = 0
+        for t in prange(3):
+            out[t] = 1
+
+    with pytest.raises(TypeError, match="exactly one"):
+        pool.task_twin(numba.njit(two))
