@@ -103,17 +103,33 @@ WHOLE_MAX_K = {512: 8, 256: 32}
 # blocks finish before the lines would arrive).
 PREFETCH_MIN_K = 64
 
+# --- The own pool (runtime/pool.py; docs/design.md, "The own pool") ---------------------------
+# Own-kernel MatMul products on more than one thread run on the package's own worker threads
+# (Linux on x86-64), not on numba's threading layer: a job costs the caller about half a
+# microsecond where a TBB launch costs 4-37 us.  False: numba's layer, as elsewhere.
+OWN_POOL = True
+# How long a worker spins after its last job before it sleeps (until the next job wakes it):
+# a model's products follow one another within tens of microseconds, and a worker that spins
+# longer takes a core from whatever runs next.
+POOL_SPIN_US = 200
+
 # --- The calling thread or the pool (benchmarks/percall.py: MatMulHereOrPool, PowHereOrPool) -
-# A parallel launch wakes the pool and waits for the slower thread.  On the AMD EPYC Zen 3
-# virtual machine measured (2 vCPUs, avx2 fma f16c) a launch cost 14-17 us, so work runs on the
-# calling thread until it takes some 40-50 us there (where the quoted 4 us launch of other
-# machines holds, the crossovers sit lower: not measured).  Own-kernel MatMul products of at
-# most these many multiply-adds in all run on the kernels' serial twins; 64-bit integers
-# multiply at a fraction of the others' rate.  Measured (calling thread / pool, medians):
-# int32 80^3 29 / 37 us, 96^3 47 / 47 us; float16 (1024,8,8)^2 93 / 111 us, (2048,8,8)^2
-# 209 / 194 us; int64 48^3 34 / 46 us, 64^3 91 / 78 us.
-MATMUL_HERE_MAX = 1 << 19
-MATMUL_HERE_MAX_INT64 = 1 << 17
+# Own-kernel MatMul products of at most these many multiply-adds in all run on the calling
+# thread (the kernels' serial twins); 64-bit integers multiply at a fraction of the others'
+# rate.  On the own pool a job costs the caller about half a microsecond, so the pool wins from
+# some 10 us of work.  Measured on AMD Zen 4 (2 vCPUs, KVM; avx512), the calling thread / the
+# own pool, medians of 7 x 100 calls after 20 ms pauses, two processes each: float32 16x64x64
+# 3.6-5.4 / 4.7 us, 32x64x64 4.7-6.8 / 5.3-5.4, 64^3 7.2-9.3 / 6.6-7.1, 64x128x64 11.8-14.2 /
+# 8.9-9.3; int64 48^3 7.3-9.8 / 7.5-10.3, 64^3 14.0-17.2 / 10.2-13.4; a float32 matrix-vector
+# product 256x256 by 256 6.6-7.9 / 8.1-8.5 us.
+MATMUL_HERE_MAX = 1 << 17
+MATMUL_HERE_MAX_INT64 = 1 << 16
+# On numba's threading layer (``OWN_POOL`` False, or no own pool) a launch costs more, so up to
+# this many times more work stays on the calling thread.  On the AMD EPYC Zen 3 virtual
+# machine measured (2 vCPUs, avx2 fma f16c) a launch cost 14-17 us; calling thread / pool,
+# medians: int32 80^3 29 / 37 us, 96^3 47 / 47 us; float16 (1024,8,8)^2 93 / 111 us,
+# (2048,8,8)^2 209 / 194 us; int64 48^3 34 / 46 us, 64^3 91 / 78 us.
+MATMUL_HERE_LAYER_FACTOR = 4
 # Pow results of at most this many elements (by exponent class: GENERAL costs several times the
 # others per element) run on the calling thread, one chunk at most (``kernels.CHUNK``): on
 # that machine the calling thread won at every size up to the chunk, float32 ** 3.7 on 16,384

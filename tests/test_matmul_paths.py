@@ -35,6 +35,7 @@ half = importlib.import_module("numba_onnx_ops.ops.matmul.half_panels")
 pairs = importlib.import_module("numba_onnx_ops.ops.matmul.bf16_pairs")
 own = importlib.import_module("numba_onnx_ops.ops.matmul.own")
 parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
+pool = importlib.import_module("numba_onnx_ops.runtime.pool")
 tuning = importlib.import_module("numba_onnx_ops.tuning")
 kernels = importlib.import_module("numba_onnx_ops.ops.matmul.kernels")
 plans = importlib.import_module("numba_onnx_ops.core.plans")
@@ -949,13 +950,15 @@ def test_int8_is_refused_and_other_byte_orders_converted(rng):
 # ------------------------------------------------------------------------------------------
 def test_one_specialization_per_dtype(rng, monkeypatch):
     """2-D, batched, broadcast and strided calls all reach the same compiled direct kernel
-    (a second argument type would be compiled outside the SLP launcher)."""
+    (a second argument type would be compiled outside the SLP launcher): on the own pool, its
+    task twin."""
     monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
     plans.clear()
     for sa, sb in [((20, 30), (30, 40)), ((3, 20, 30), (3, 30, 40)), ((2, 1, 20, 30), (3, 30, 40))]:
         noo.matmul(operand(rng, sa, I32, "F"), operand(rng, sb, I32))
         noo.matmul(operand(rng, sa, I32), operand(rng, sb, I32, "step"))
-    sigs = [s for s in kernels.matmul_direct.signatures if str(s[0].dtype) == "int32"]
+    compiled = pool.tasks_of(kernels.matmul_direct) if own.own_pool() else kernels.matmul_direct
+    sigs = [s for s in compiled.signatures if str(s[0].dtype) == "int32"]
     assert len(sigs) == 1
 
 

@@ -13,7 +13,7 @@ from llvmlite import ir
 from ... import tuning
 from ...core.broadcast import batch_offsets, contiguous_buffer, flat_buffer
 from ...core.dtypes import NATIVE, kernel_view
-from ...runtime import parallel
+from ...runtime import parallel, pool
 from ...runtime.cpu import amd_zen, cpu_features, vector_bits
 from ...runtime.jit import serial_twin
 from ...runtime.numba_private import native_function, threads_now
@@ -274,6 +274,8 @@ def _step(kernel, args, a, b, work: int, size: int):
     if runs_here(a.dtype, work):
         return _here_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
+    if own_pool():
+        return _own_pool_step(kernel, args, buffer_a, buffer_b, kind)
     alone = []  # the calling thread's step, once one thread has called
     # From the plan's second launch on, how it launches: the kernel's compiled entry where the
     # layer allows it (``parallel.pool_entry``), else ``launch``.  (Not on the first: finding
@@ -294,6 +296,23 @@ def _step(kernel, args, a, b, work: int, size: int):
         if launches[0] >= 2:  # (several threads may count at once)
             go = parallel.pool_entry(kernel, *call)
             entry.append(go if go is not None else _launcher(kernel))
+
+    return on_pool
+
+
+def _own_pool_step(kernel, args, buffer_a, buffer_b, kind):
+    """The step of ``_step`` on the own pool (``runtime.pool``): its runner
+    (``parallel.pool_runner``), made on the first call, runs the kernel's task twin on the
+    calling thread and the pool's workers, or alone where the calling thread allows one
+    thread."""
+    go = []
+
+    def on_pool(a, b, target):
+        t = target if kind == target.dtype else target.view(kind)
+        call = args(buffer_a(a), buffer_b(b), t)
+        if not go:
+            go.append(parallel.pool_runner(kernel, call))
+        go[0](*call)
 
     return on_pool
 
@@ -331,9 +350,16 @@ def _here_step(kernel, args, a, b, size: int):
 
 def runs_here(dtype: np.dtype, work: int) -> bool:
     """Whether a product of ``work`` multiply-adds runs on the calling thread: at most
-    ``tuning.MATMUL_HERE_MAX`` (64-bit integers: ``MATMUL_HERE_MAX_INT64``)."""
+    ``tuning.MATMUL_HERE_MAX`` (64-bit integers: ``MATMUL_HERE_MAX_INT64``), times
+    ``MATMUL_HERE_LAYER_FACTOR`` where the pool is numba's threading layer."""
     wide_int = dtype.kind in "iu" and dtype.itemsize == 8
-    return work <= (tuning.MATMUL_HERE_MAX_INT64 if wide_int else tuning.MATMUL_HERE_MAX)
+    limit = tuning.MATMUL_HERE_MAX_INT64 if wide_int else tuning.MATMUL_HERE_MAX
+    return work <= (limit if own_pool() else limit * tuning.MATMUL_HERE_LAYER_FACTOR)
+
+
+def own_pool() -> bool:
+    """Whether products on more than one thread run on the own pool (``runtime.pool``)."""
+    return tuning.OWN_POOL and pool.available()
 
 
 def pool_buffer(x: np.ndarray) -> np.ndarray:
