@@ -266,16 +266,17 @@ def _with_unit_columns(a, b, batch, m, n, k):
 
 def _step(kernel, args, a, b, work: int, size: int):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
-    kernel view)``: on the pool, or for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
-    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``).  A pool
-    step called where parallel loops run on one thread (``numba.set_num_threads(1)``) runs the
-    calling thread's step instead, made on first need: the same order, without the launch."""
+    kernel view)``: for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
+    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``), else on
+    the own pool (``_own_pool_step``) or numba's.  A step on numba's pool called where parallel
+    loops run on one thread (``numba.set_num_threads(1)``) runs the calling thread's step
+    instead, made on first need: the same order, without the launch."""
     kind = kernel_view(a)[0].dtype
     if runs_here(a.dtype, work):
         return _here_step(kernel, args, a, b, size)
-    buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     if own_pool():
-        return _own_pool_step(kernel, args, buffer_a, buffer_b, kind)
+        return _own_pool_step(kernel, args, a, b)
+    buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     alone = []  # the calling thread's step, once one thread has called
     # From the plan's second launch on, how it launches: the kernel's compiled entry where the
     # layer allows it (``parallel.pool_entry``), else ``launch``.  (Not on the first: finding
@@ -300,11 +301,14 @@ def _step(kernel, args, a, b, work: int, size: int):
     return on_pool
 
 
-def _own_pool_step(kernel, args, buffer_a, buffer_b, kind):
+def _own_pool_step(kernel, args, a, b):
     """The step of ``_step`` on the own pool (``runtime.pool``): its runner
     (``parallel.pool_runner``), made on the first call, runs the kernel's task twin on the
-    calling thread and the pool's workers, or alone where the calling thread allows one
-    thread."""
+    calling thread and the pool's workers, or alone, in order, where the calling thread allows
+    one thread.  The twin takes the operands as the pool's kernels do (``buffer_of``): one
+    signature per dtype."""
+    kind = kernel_view(a)[0].dtype
+    buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     go = []
 
     def on_pool(a, b, target):
