@@ -8,7 +8,8 @@ class warms up in ``setup``, so no time holds a compilation.
 
 ``PowHereOrPool`` and ``MatMulHereOrPool`` time one call forced onto the calling thread and onto
 the pool, side by side: where the two cross is the size up to which ``numba_onnx_ops.tuning``
-keeps a call on the calling thread.  They change ``tuning`` and clear the call plans
+keeps a call on the calling thread; ``MatMulOwnPoolOrLayer`` times products on the own pool and
+on numba's threading layer.  They change ``tuning`` and clear the call plans
 (``numba_onnx_ops.core.plans``), the package's internals, and skip where those are missing.
 """
 
@@ -228,6 +229,41 @@ class MatMulHereOrPool(_HereOrPool):
         rng = np.random.default_rng(0)
         self.a = random_array(rng, shape(*dims), dtype_name)
         self.b = random_array(rng, shape(*dims), dtype_name)
+        self.time_matmul(product, where)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, product, where):
+        matmul(self.a, self.b)
+
+
+#: Products the pool takes, from the smallest it takes on 2 threads to the mid sizes.
+POOL_CALLS = {
+    "float32 (64,128)@(128,64)": ("float32", (64, 128), (128, 64)),
+    "float32 (32,256)@(256,256)": ("float32", (32, 256), (256, 256)),
+    "float32 (8,1024)@(1024,1024)": ("float32", (8, 1024), (1024, 1024)),
+    "float32 (128,512)@(512,512)": ("float32", (128, 512), (512, 512)),
+    "float64 (32,256)@(256,256)": ("float64", (32, 256), (256, 256)),
+    "int32 (128,128)@(128,128)": ("int32", (128, 128), (128, 128)),
+}
+POOLS = ["own pool", "numba's layer"]
+
+
+class MatMulOwnPoolOrLayer(ForcedTuning):
+    """Products on the pool, on the package's own worker threads (``tuning.OWN_POOL``) and on
+    numba's threading layer, side by side: the price of the layer's launch on products of
+    microseconds to a millisecond.  Both sides keep every product on the pool
+    (``MATMUL_HERE_MAX`` 0); the threads are those the run allows (``numba.set_num_threads``).
+    Where the own pool is not available (other than Linux x86-64) both sides are the layer."""
+
+    params = (list(POOL_CALLS), POOLS)
+    param_names = ("product", "pool")
+
+    def setup(self, product, where):
+        dtype_name, sa, sb = POOL_CALLS[product]
+        own = where == "own pool"
+        self.force(OWN_POOL=own, MATMUL_HERE_MAX=0, MATMUL_HERE_MAX_INT64=0)
+        rng = np.random.default_rng(0)
+        self.a = random_array(rng, shape(*sa), dtype_name)
+        self.b = random_array(rng, shape(*sb), dtype_name)
         self.time_matmul(product, where)  # warm-up: compiles outside the timings
 
     def time_matmul(self, product, where):

@@ -97,6 +97,7 @@ def test_suite_has_a_class_per_kind_of_call():
         "ModelMatMulPowMatMul",
         "PowHereOrPool",
         "MatMulHereOrPool",
+        "MatMulOwnPoolOrLayer",
         "MatMulInferenceShapes",
         "FmaPeak",
     }
@@ -425,6 +426,29 @@ def test_here_or_pool_benchmarks_force_the_place_and_restore_the_tuning(cls, lau
         bench.teardown(*combo)
         place = "here" if combo[-1] == "calling thread" else "pool"
         assert launches and set(launches.places) == {place}, (combo, launches.places)
+    assert {name: getattr(tuning, name) for name in saved} == saved
+
+
+def test_own_pool_or_layer_benchmark_forces_the_pool_and_restores_the_tuning(launches, monkeypatch):
+    """Each side runs its product on a pool: the own pool's (a runner made for it) on its side
+    only, where the own pool is available; the tuning is as before after."""
+    from numba_onnx_ops import tuning
+    from numba_onnx_ops.runtime import parallel, pool
+
+    made = []
+    spied = parallel.pool_runner
+    monkeypatch.setattr(parallel, "pool_runner", lambda k, a: made.append(k) or spied(k, a))
+    cls = percall.MatMulOwnPoolOrLayer
+    saved = {name: getattr(tuning, name) for name in ("OWN_POOL", "MATMUL_HERE_MAX")}
+    for combo in _grid(cls):
+        bench = cls()
+        made.clear()
+        bench.setup(*combo)
+        launches.clear()
+        getattr(bench, _methods(cls)[0])(*combo)
+        bench.teardown(*combo)
+        assert launches and "blas" not in launches, (combo, launches)
+        assert bool(made) == (combo[-1] == "own pool" and pool.available()), combo
     assert {name: getattr(tuning, name) for name in saved} == saved
 
 
