@@ -160,25 +160,34 @@ def test_jobs_from_several_threads():
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")
 def test_a_forked_child_starts_its_own_workers():
-    """A child forked after the parent's pool started has no workers of the parent's: it
-    starts its own and shares its jobs with them."""
+    """A child forked after the parent's pool started has none of the parent's workers: it
+    starts its own, and shares its jobs with them, also those of plans the parent made."""
     code = """
         import os, sys, threading
         import numpy as np
         sys.path.insert(0, sys.argv[1])
         import test_pool
-        from numba_onnx_ops.runtime import parallel, pool
+        import numba_onnx_ops as nox
+        from numba_onnx_ops.runtime import pool
+        a = np.ones((64, 256), np.float32)
+        want = nox.matmul(a, a.T)  # (a plan on the pool, kept)
         assert (test_pool._tasks(100, 100) == 1).all()
         parent = pool.pool()
         pid = os.fork()
         if pid == 0:
             ok = (test_pool._tasks(100, 100) == 1).all() and pool.pool() is not parent
+            child = pool.pool()
             names = [t.name for t in threading.enumerate()]
             ok = ok and sum(n.startswith("numba_onnx_ops-") for n in names) == parent.workers
+            opened = child.ctrl[pool._GEN]
+            ok = ok and (nox.matmul(a, a.T) == want).all()
+            ok = ok and child.ctrl[pool._GEN] == opened + 2  # (its job, on the child's pool)
             os._exit(0 if ok else 1)
         _, status = os.waitpid(pid, 0)
         print("ok" if os.waitstatus_to_exitcode(status) == 0 else "child failed")
     """
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread")
     assert run_python(code, os.path.dirname(__file__)).split() == ["ok"]
 
 

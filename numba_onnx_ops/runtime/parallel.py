@@ -138,21 +138,21 @@ def pool_runner(kernel, args: tuple):
     the calling thread, for arguments of exactly the types of ``args`` (the twin is compiled
     for them now, SLP included).  Alone, in order, where the calling thread allows one thread
     or another thread's job holds the pool.  Only where ``pool.available()``."""
-    p = pool.pool()
     twin = pool.tasks_of(kernel)
-    ctrl, lock, no_claims = p.ctrl, p.lock, pool.NO_CLAIMS
-    entry = here_entry(twin, *args, no_claims, ctrl, 0, 0)  # (the types of a call on the pool)
-    address = compiled_address(twin, (*args, no_claims, ctrl, 0, 0))
+    no_claims, no_pool = pool.NO_CLAIMS, pool.NO_POOL
+    entry = here_entry(twin, *args, no_claims, no_pool, 0, 0)  # (the types of a pool's call)
+    address = compiled_address(twin, (*args, no_claims, no_pool, 0, 0))
 
     def go(*call):
         helpers = threads_now() - 1
-        if helpers > 0 and lock.acquire(False):
-            try:
-                entry(*call, no_claims, ctrl, helpers, address)
-            finally:
-                lock.release()
-        else:
-            entry(*call, no_claims, ctrl, 0, 0)
+        if helpers > 0:
+            p = pool.pool()  # (read at each call: a forked child's is its own)
+            if p.lock.acquire(False):
+                try:
+                    return entry(*call, no_claims, p.ctrl, helpers, address)
+                finally:
+                    p.lock.release()
+        return entry(*call, no_claims, no_pool, 0, 0)
 
     return go
 

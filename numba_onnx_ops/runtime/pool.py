@@ -9,9 +9,10 @@ word of a shared control block, runs the job it finds, and spins again; after
 ``tuning.POOL_SPIN_US`` without a job it sleeps on a futex until the next one opens.
 
 A job is a kernel's *task twin* (``task_twin``: its source with the ``prange`` loop turned into
-a loop that claims tasks from a shared counter), run at once by the caller and by every worker
-that joins, on the caller's arguments: whoever is free claims the next task, so a worker that
-comes late takes fewer tasks, and nobody waits for a worker that never came.  A task computes
+a loop that claims tasks from a shared word), run at once by the caller and by every worker
+that joins, on the caller's arguments: whoever is free claims a task left (the caller from the
+front of the range, workers from the back), so a worker that comes late takes fewer tasks, and
+nobody waits for a worker that never came.  A task computes
 what the kernel's iteration of the same index computes, whichever thread claims it, so results
 do not depend on the threads.  Run alone (an empty counter), the twin runs every task in order,
 as the kernel's serial twin does.
@@ -191,8 +192,8 @@ def call_job(typingctx, ctrl, fn, arg):
 def _trampoline(context, module, tuple_type):
     """``void job(slot*, failed*)``: the twin at the address in ``slot`` called with the
     arguments after it; a twin that raised sets ``*failed`` (the exception itself stays
-    behind: a worker has no Python frame to raise in).  One per module: each compilation of
-    ``run`` is for one type of arguments."""
+    behind: a worker has no Python frame to raise in).  One per module: each compilation of a
+    twin, which opens its jobs through ``run``, is for one type of arguments."""
     name = "numba_onnx_ops.pool_job"
     fn = module.globals.get(name)
     if fn is not None:
@@ -351,7 +352,6 @@ class _Pool:
         at = (-buf.ctypes.data % 64) // 8  # (the block from a cache line's start)
         self.ctrl = buf[at : at + _WORDS]
         self.lock = threading.Lock()
-        self.pid = os.getpid()
         self.workers = numba.config.NUMBA_NUM_THREADS - 1
         spin = int(tuning.POOL_SPIN_US * 1000)
         for me in range(self.workers):
@@ -367,19 +367,35 @@ _start_lock = threading.Lock()
 def pool() -> _Pool:
     """This process's pool, its workers started on first use: ``NUMBA_NUM_THREADS`` - 1 of
     them (numba's pool size: ``numba.set_num_threads`` limits each call, as it limits numba's
-    own)."""
-    global _pool
+    own).  Read at every job, not kept: a forked child gets a pool of its own."""
     p = _pool
-    if p is None or p.pid != os.getpid():
-        with _start_lock:
-            p = _pool
-            if p is None or p.pid != os.getpid():  # (a forked child's workers did not come)
-                p = _pool = _Pool()
-    return p
+    return p if p is not None else _start()
 
 
-#: The claims of a twin run alone.
+def _start() -> _Pool:
+    global _pool
+    with _start_lock:
+        if _pool is None:
+            _pool = _Pool()
+        return _pool
+
+
+def _after_fork_in_child() -> None:
+    # The parent's workers did not come along, and its control block may hold a job in flight
+    # (workers inside it) or its lock a holder: the child starts afresh.
+    global _pool, _start_lock
+    _pool = None
+    _start_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+#: The claims of a twin run alone, and a control block of the pool's type for a twin that
+#: opens no job.
 NO_CLAIMS = np.zeros(0, np.int64)
+NO_POOL = np.zeros(_WORDS, np.int64)
 
 
 _twins: dict = {}
