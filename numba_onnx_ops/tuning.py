@@ -108,9 +108,9 @@ PREFETCH_MIN_K = 64
 # (Linux on x86-64), not on numba's threading layer: a job costs the caller about half a
 # microsecond where a TBB launch costs 4-37 us.  False: numba's layer, as elsewhere.
 OWN_POOL = True
-# How long a worker spins after its last job before it sleeps (until the next job wakes it):
-# a model's products follow one another within tens of microseconds, and a worker that spins
-# longer takes a core from whatever runs next.
+# How long a worker spins after its last job before it sleeps (until the next job wakes it;
+# read when the workers start): a model's products follow one another within tens of
+# microseconds, and a worker that spins longer takes a core from whatever runs next.
 POOL_SPIN_US = 200
 
 # --- The calling thread or the pool (benchmarks/percall.py: MatMulHereOrPool, PowHereOrPool) -
