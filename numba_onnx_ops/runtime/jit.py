@@ -127,35 +127,42 @@ def serial_twin(kernel):
     no pool to spread over or balance, and their code would refer to the threading layer's
     functions, which a twin loaded from the cache before the layer starts cannot reach (a
     crash, seen).  Same arithmetic, same results."""
-    twin = _twins.get(kernel)
+    return twin_of(kernel, "_here", _own_source)
+
+
+def _own_source(kernel):
+    return kernel.py_func
+
+
+def twin_of(kernel, suffix: str, source):
+    """``kernel``'s twin of the kind ``suffix`` (``_here``: ``serial_twin``; ``_tasks``: the
+    own pool's, ``runtime.pool.tasks_of``): ``compile_twin(kernel, source(kernel), suffix)``,
+    made once per process, whichever thread asks first."""
+    twin = _twins.get((kernel, suffix))
     if twin is None:
         with _twin_lock:
-            twin = _twins.get(kernel)
+            twin = _twins.get((kernel, suffix))
             if twin is None:
-                twin = _twins[kernel] = _make_twin(kernel)
+                twin = _twins[kernel, suffix] = compile_twin(kernel, source(kernel), suffix)
     return twin
+
+
+def twins(suffix: str) -> list:
+    """The twins of the kind ``suffix`` made so far."""
+    return [twin for (_, kind), twin in list(_twins.items()) if kind == suffix]
 
 
 def serial_twins() -> list:
     """The serial twins made so far."""
-    return list(_twins.values())
+    return twins("_here")
 
 
-def _make_twin(kernel):
-    return compile_twin(kernel, kernel.py_func, "_here")
-
-
-def compile_twin(kernel, func, suffix: str, **bound):
+def compile_twin(kernel, func, suffix: str):
     """``func`` (``kernel``'s Python function, or one made from its source) compiled with the
     kernel's options but ``parallel``, under the kernel's name with ``suffix``, the schedule's
-    helpers (``call_state``, ``spread``, ``set_chunksize``) doing nothing and the globals
-    ``bound`` bound."""
+    helpers (``call_state``, ``spread``, ``set_chunksize``) doing nothing."""
     names = dict(
-        func.__globals__,
-        call_state=no_call_state,
-        set_chunksize=no_chunksize,
-        spread=no_spread,
-        **bound,
+        func.__globals__, call_state=no_call_state, set_chunksize=no_chunksize, spread=no_spread
     )
     name = kernel.py_func.__name__ + suffix
     twin = types.FunctionType(func.__code__, names, name, func.__defaults__, func.__closure__)

@@ -42,7 +42,7 @@ from numba.extending import intrinsic
 
 from .. import tuning
 from . import numba_private
-from .jit import compile_twin, helper, kernel
+from .jit import helper, kernel, twin_of, twins
 from .numba_private import call_compiled
 from .schedule import current_cpu, move_off, yield_cpu
 
@@ -398,26 +398,16 @@ NO_CLAIMS = np.zeros(0, np.int64)
 NO_POOL = np.zeros(_WORDS, np.int64)
 
 
-_twins: dict = {}
-_twins_lock = threading.Lock()
-
-
 def tasks_of(kernel):
     """``kernel``'s task twin (``task_twin``), compiled as its serial twin is
     (``jit.serial_twin``): without ``parallel``, cached on disk under a name of its own
     (``<name>_tasks``), the schedule's helpers doing nothing."""
-    twin = _twins.get(kernel)
-    if twin is None:
-        with _twins_lock:
-            twin = _twins.get(kernel)
-            if twin is None:
-                twin = _twins[kernel] = compile_twin(kernel, task_twin(kernel), "_tasks")
-    return twin
+    return twin_of(kernel, "_tasks", task_twin)
 
 
 def task_twins() -> list:
     """The task twins made so far."""
-    return list(_twins.values())
+    return twins("_tasks")
 
 
 def task_twin(kernel):
