@@ -37,7 +37,6 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
     once per call: the outermost of nested calls (``launch`` running a serial twin after a
     fork, ``here`` running a kernel through its entry) is the one recorded."""
     parallel = importlib.import_module("numba_onnx_ops.runtime.parallel")
-    threads_now = importlib.import_module("numba_onnx_ops.runtime.numba_private").threads_now
     blas = importlib.import_module("numba_onnx_ops.ops.matmul.blas")
     real_launch, real_here = parallel.launch, parallel.here
     real_entry, real_blas = parallel.here_entry, blas.matmul
@@ -79,8 +78,8 @@ def spy_on_kernels(monkeypatch, record: Callable[[str, str], None]) -> None:
         go = real_runner(kernel, args)
         name = kernel_name(kernel)
 
-        def run(*a):  # (a runner on one thread runs its twin alone, on the calling thread)
-            return outermost(name, POOL if threads_now() > 1 else HERE, go, *a)
+        def run(helpers, *a):  # (a runner with no helpers runs its twin alone, here)
+            return outermost(name, POOL if helpers > 0 else HERE, go, helpers, *a)
 
         return run
 

@@ -59,8 +59,13 @@ def _tasks(n: int, work: int, threads: int = 2):
     out = np.zeros(n, np.int64)
     go = parallel.pool_runner(count_tasks, (out, work))
     with numba_threads(threads):
-        go(out, work)
+        go(_helpers(), out, work)
     return out
+
+
+def _helpers() -> int:
+    """The workers a runner may take on the calling thread: its thread count less one."""
+    return numba.get_num_threads() - 1
 
 
 class numba_threads:
@@ -97,13 +102,13 @@ def test_a_worker_shares_the_job():
     with numba_threads(2):
         for _ in range(50):
             seen[:] = 0
-            go(seen, 10**8)
+            go(_helpers(), seen, 10**8)
             if (seen == [2, 1, 1]).all():
                 break
     assert (seen == [2, 1, 1]).all()
     with numba_threads(1):  # (the same, alone: the first task gives up)
         seen[:] = 0
-        go(seen, 10**4)
+        go(_helpers(), seen, 10**4)
         assert (seen == [2, 0, 1]).all()
 
 
@@ -112,7 +117,7 @@ def test_one_thread_opens_no_job():
     go = parallel.pool_runner(count_tasks, (out, 0))
     gen = pool.pool().ctrl[pool._GEN]
     with numba_threads(1):
-        go(out, 0)
+        go(_helpers(), out, 0)
     assert (out == 1).all()
     assert pool.pool().ctrl[pool._GEN] == gen
 
@@ -128,8 +133,8 @@ def test_a_task_that_raises_raises_in_the_caller(where):
         raised = RuntimeError if numba.get_num_threads() > 1 else ValueError
         for _ in range(5):
             with pytest.raises(raised):
-                go(out, bad)
-        go(out, 99)  # (no task raises)
+                go(_helpers(), out, bad)
+        go(_helpers(), out, 99)  # (no task raises)
     assert (out == np.arange(16)).all()
     assert pool.pool().ctrl[pool._FAILED] == 0
 

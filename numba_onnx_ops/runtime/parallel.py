@@ -133,18 +133,18 @@ def pool_entry(kernel, *args):
 
 
 def pool_runner(kernel, args: tuple):
-    """A function ``go(*args)`` that runs ``kernel`` on the own pool (``runtime.pool``): its
-    task twin on the calling thread and on as many workers as ``numba.set_num_threads`` allows
-    the calling thread, for arguments of exactly the types of ``args`` (the twin is compiled
-    for them now, SLP included).  Alone, in order, where the calling thread allows one thread
-    or another thread's job holds the pool.  Only where ``pool.available()``."""
+    """A function ``go(helpers, *args)`` that runs ``kernel`` on the own pool
+    (``runtime.pool``): its task twin on the calling thread and on up to ``helpers`` workers
+    (the calling thread's ``numba.set_num_threads`` count less one), for arguments of exactly
+    the types of ``args`` (the twin is compiled for them now, SLP included).  Alone, in order,
+    where ``helpers`` is 0 or another thread's job holds the pool.  Only where
+    ``pool.available()``."""
     twin = pool.tasks_of(kernel)
     no_claims, no_pool = pool.NO_CLAIMS, pool.NO_POOL
     entry = here_entry(twin, *args, no_claims, no_pool, 0, 0)  # (the types of a pool's call)
     address = compiled_address(twin, (*args, no_claims, no_pool, 0, 0))
 
-    def go(*call):
-        helpers = threads_now() - 1
+    def go(helpers, *call):
         if helpers > 0:
             p = pool.pool()  # (read at each call: a forked child's is its own)
             if p.lock.acquire(False):

@@ -268,67 +268,66 @@ def _step(kernel, args, a, b, work: int, size: int):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
     kernel view)``: for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
     ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``), else on
-    the own pool (``_own_pool_step``) or numba's.  A step on a pool called where parallel loops
-    run on one thread (``numba.set_num_threads(1)``) runs the calling thread's step instead,
-    made on first need: the same order, without the launch."""
+    the own pool (``_on_own_pool``) or numba's (``_on_layer``), with the pool's read-only
+    buffers (one signature per dtype).  A pool step called where parallel loops run on one
+    thread (``numba.set_num_threads(1)``) runs the calling thread's step instead, made on first
+    need: the same order, without the launch (on the own pool, a microsecond less than its
+    twin run alone through the runner on a 64x128x64 product)."""
     kind = kernel_view(a)[0].dtype
     if runs_here(a.dtype, work):
         return _here_step(kernel, args, a, b, size)
-    if own_pool():
-        return _own_pool_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
+    start = _on_own_pool(kernel) if own_pool() else _on_layer(kernel)
     alone = []  # the calling thread's step, once one thread has called
-    # From the plan's second launch on, how it launches: the kernel's compiled entry where the
-    # layer allows it (``parallel.pool_entry``), else ``launch``.  (Not on the first: finding
-    # the entry costs tens of microseconds, and a plan of the general path runs once.)
-    entry, launches = [], [0]
+    entry = []  # what runs the calls, once ``start`` has given it
 
     def on_pool(a, b, target):
-        if threads_now() == 1:
+        helpers = threads_now() - 1
+        if helpers == 0:
             if not alone:
                 alone.append(_here_step(kernel, args, a, b, size))
             return alone[0](a, b, target)
         t = target if kind == target.dtype else target.view(kind)
         call = args(buffer_a(a), buffer_b(b), t)
         if entry:
-            return entry[0](*call)
+            return entry[0](helpers, *call)
+        kept = start(helpers, call)
+        if kept is not None:
+            entry.append(kept)
+
+    return on_pool
+
+
+def _on_own_pool(kernel):
+    """How a step's first call runs on the own pool (``runtime.pool``): it makes the runner
+    (``parallel.pool_runner``), which every call then takes, ``go(helpers, *call)``."""
+
+    def start(helpers, call):
+        go = parallel.pool_runner(kernel, call)
+        go(helpers, *call)
+        return go
+
+    return start
+
+
+def _on_layer(kernel):
+    """How a step's first calls run on numba's layer: ``launch``, and from the plan's second
+    call on the kernel's compiled entry where the layer allows it (``parallel.pool_entry``),
+    else ``launch`` still.  (Not on the first: finding the entry costs tens of microseconds,
+    and a plan of the general path runs once.)"""
+    launches = [0]
+
+    def start(helpers, call):
         parallel.launch(kernel, *call)
         launches[0] += 1
-        if launches[0] >= 2:  # (several threads may count at once)
-            go = parallel.pool_entry(kernel, *call)
-            entry.append(go if go is not None else _launcher(kernel))
+        if launches[0] < 2:  # (several threads may count at once)
+            return None
+        go = parallel.pool_entry(kernel, *call)
+        if go is None:
+            return lambda helpers, *call: parallel.launch(kernel, *call)
+        return lambda helpers, *call: go(*call)
 
-    return on_pool
-
-
-def _own_pool_step(kernel, args, a, b, size: int):
-    """The step of ``_step`` on the own pool (``runtime.pool``): its runner
-    (``parallel.pool_runner``), made on the first call, runs the kernel's task twin on the
-    calling thread and the pool's workers.  The twin takes the operands as the pool's kernels
-    do (``buffer_of``): one signature per dtype.  Called where parallel loops run on one thread,
-    the step runs the calling thread's step instead, made on first need: the same order, in
-    fewer steps than the runner's alone (a microsecond less on a 64x128x64 product)."""
-    kind = kernel_view(a)[0].dtype
-    buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
-    go, alone = [], []
-
-    def on_pool(a, b, target):
-        if threads_now() == 1:
-            if not alone:
-                alone.append(_here_step(kernel, args, a, b, size))
-            return alone[0](a, b, target)
-        t = target if kind == target.dtype else target.view(kind)
-        call = args(buffer_a(a), buffer_b(b), t)
-        if not go:
-            go.append(parallel.pool_runner(kernel, call))
-        go[0](*call)
-
-    return on_pool
-
-
-def _launcher(kernel):
-    """``parallel.launch`` of ``kernel``, looked up at each call."""
-    return lambda *call: parallel.launch(kernel, *call)
+    return start
 
 
 def _here_step(kernel, args, a, b, size: int):
