@@ -48,10 +48,11 @@ def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
 
 def contiguous_buffer(a: np.ndarray) -> np.ndarray:
     """``flat_buffer``'s buffer of a C-contiguous, aligned array: a 1-D read-only view (one
-    numba type for every layout).  ``reshape`` always returns a new view, so it is made
-    read-only in place and ``a`` stays as it was (by ``setflags``: a third cheaper than the
-    ``flags`` attribute, a noticeable part of a small call)."""
-    buf = a.reshape(-1)
+    numba type for every layout).  ``ravel`` of a C-contiguous array always returns a new view
+    (at half ``reshape``'s cost), so it is made read-only in place and ``a`` stays as it was
+    (by ``setflags``: a third cheaper than the ``flags`` attribute, a noticeable part of a
+    small call)."""
+    buf = a.ravel()
     buf.setflags(write=False)
     return buf
 

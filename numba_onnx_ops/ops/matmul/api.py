@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _PLANS = plans.cache()  # call key -> plan (``dispatch.make``)
 _INTO = plans.cache()  # call key -> plan of a call with ``out`` (``dispatch.make_into``)
+_NDARRAY = np.ndarray
 
 
 def matmul(
@@ -66,8 +67,8 @@ def matmul(
         match; ``out`` of the wrong shape or read-only; a dask operand of unknown chunk sizes.
     """
     if (
-        type(A) is np.ndarray
-        and type(B) is np.ndarray
+        type(A) is _NDARRAY  # (a module global: ``np.ndarray`` is two lookups a call)
+        and type(B) is _NDARRAY
         and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
     ):
         # The call's key: what its plan depends on (``dispatch.make``), in a flat tuple.

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _PLANS = plans.cache()  # call key -> plan (``plan.make``)
 _INTO = plans.cache()  # call key -> plan of a call with ``out`` (``plan.make_into``)
+_NDARRAY = np.ndarray
 
 
 def pow(  # noqa: A001 - the ONNX operator's name
@@ -94,8 +95,8 @@ def pow(  # noqa: A001 - the ONNX operator's name
         chunk sizes.
     """
     if (
-        (out is None or type(out) is np.ndarray)
-        and type(X) is np.ndarray
+        (out is None or type(out) is _NDARRAY)  # (a module global: ``np.ndarray`` is two
+        and type(X) is _NDARRAY  # lookups a call)
         and (opset is None or opset.__class__ is int)  # (see ``plans.plain``)
         and (broadcast is None and axis is None or plans.plain(broadcast, axis))
     ):
@@ -103,7 +104,7 @@ def pow(  # noqa: A001 - the ONNX operator's name
         # tuples took twice as long to look up), built here (a function call would be a tenth
         # of a small call).
         ty = type(Y)
-        if ty is np.ndarray:
+        if ty is _NDARRAY:
             value = Y.tobytes() if Y.size == 1 else None
             key = (X.dtype, X.shape, X.flags.num, Y.dtype, Y.shape, Y.flags.num, value, opset,
                    broadcast, axis)  # fmt: skip

@@ -135,7 +135,7 @@ def _common_plan(x, y, y_of, shape, size):
         yb = kernel_view(y.reshape(-1))[0]
     serial = parallel.here_entry(_k.HERE[kernel], xb, xkind, yb, ykind, np.empty(0, kind), imin)
 
-    if flat and not half and not yhalf:  # (the common call, in fewer steps)
+    if not half and not yhalf:  # (the common call, in fewer steps)
         fixup = _k.pow_fixup_here
 
         def here_flat(X, Y):
@@ -146,20 +146,30 @@ def _common_plan(x, y, y_of, shape, size):
                 parallel.here(fixup, X, xkind, yb, ykind, out, flag)
             return out
 
-        return here_flat
+        def here_native(X, Y):
+            # (``ravel`` of a C-contiguous array: a view, at half ``reshape``'s cost)
+            out = np.empty(shape, dtype)
+            xb, ob = X.ravel(), out.ravel()
+            yb = Y.ravel() if exponent is None else exponent
+            flag = serial(xb, xkind, yb, ykind, ob, imin)
+            if flag:
+                parallel.here(fixup, xb, xkind, yb, ykind, ob, flag)
+            return out
+
+        return here_flat if flat else here_native
 
     def here(X, Y):
         out = np.empty(shape, kind)
-        xb = X if flat else X.reshape(-1)
+        xb = X if flat else X.ravel()
         if half:
             xb = xb.view(np.uint16)
         if exponent is None:
-            yb = Y if flat else Y.reshape(-1)
+            yb = Y if flat else Y.ravel()
             if yhalf:
                 yb = yb.view(np.uint16)
         else:
             yb = exponent
-        ob = out if flat else out.reshape(-1)
+        ob = out if flat else out.ravel()
         flag = serial(xb, xkind, yb, ykind, ob, imin)
         if flag:
             parallel.here(_k.pow_fixup_here, xb, xkind, yb, ykind, ob, flag)
