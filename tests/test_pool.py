@@ -215,3 +215,30 @@ def test_a_kernel_without_one_prange_has_no_twin():
 
     with pytest.raises(TypeError, match="exactly one"):
         pool.task_twin(numba.njit(two))
+
+
+def test_matmul_runner_takes_writable_and_read_only_operands_on_one_twin():
+    """A MatMul plan on the own pool compiles its task twin for read-only operand buffers at
+    its first call and then passes its operands as they are: writable or read-only, the calls
+    compile nothing more and give the same bits as one thread's."""
+    if numba.config.NUMBA_NUM_THREADS < 2 or not tuning.OWN_POOL:
+        pytest.skip("the own pool runs MatMul on more than one thread only")
+    import numba_onnx_ops as nox
+    from numba_onnx_ops.ops.matmul import kernels
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((64, 128)).astype(np.float32)  # (2^19 multiply-adds: the pool's)
+    b = rng.standard_normal((128, 64)).astype(np.float32)
+    a_ro, b_ro = a.copy(), b.copy()
+    a_ro.flags.writeable = b_ro.flags.writeable = False
+    pairs = ((a, b), (a_ro, b_ro), (a, b_ro))
+    with numba_threads(1):
+        alone = nox.matmul(a, b)
+    twin = pool.tasks_of(kernels.matmul_vector)
+    with numba_threads(2):
+        nox.matmul(a, b)  # (a first call compiles the twin, if no product has yet)
+        compiled = set(twin.signatures)
+        results = [nox.matmul(x, y) for _ in range(3) for x, y in pairs]
+    assert set(twin.signatures) == compiled
+    for r in results:
+        assert np.array_equal(r.view(np.uint32), alone.view(np.uint32))

@@ -269,7 +269,8 @@ def _step(kernel, args, a, b, work: int, size: int):
     kernel view)``: for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
     ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``), else on
     the own pool (``_on_own_pool``) or numba's (``_on_layer``), with the pool's read-only
-    buffers (one signature per dtype).  A pool step called where parallel loops run on one
+    buffers (one signature per dtype; the own pool's runner, once made, takes the flat
+    operands themselves).  A pool step called where parallel loops run on one
     thread (``numba.set_num_threads(1)``) runs the calling thread's step instead, made on first
     need: the same order, without the launch (on the own pool, a microsecond less than its
     twin run alone through the runner on a 64x128x64 product)."""
@@ -278,7 +279,17 @@ def _step(kernel, args, a, b, work: int, size: int):
     if runs_here(a.dtype, work):
         return _here_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
-    start = _on_own_pool(kernel) if own_pool() else _on_layer(kernel)
+    if own_pool():
+        start = _on_own_pool(kernel)
+        # The runner calls the twin's compiled entry, which takes an operand whether it is
+        # writable or not: the twin never writes it, and the entry reads an array's data,
+        # shape and strides, not its flags.  So the runner takes the flat views the calling
+        # thread's steps take, a third of the read-only ones' cost, which only the first call
+        # needs, for the types the twin is compiled for.
+        kept_a, kept_b = buffer_of(a, pool=False), buffer_of(b, pool=False)
+    else:  # (the layer may launch through the dispatcher, which would compile for them)
+        start = _on_layer(kernel)
+        kept_a, kept_b = buffer_a, buffer_b
     alone = []  # the calling thread's step, once one thread has called
     entry = []  # what runs the calls, once ``start`` has given it
 
@@ -288,9 +299,10 @@ def _step(kernel, args, a, b, work: int, size: int):
             if not alone:
                 alone.append(_here_step(kernel, args, a, b, size))
             return alone[0](a, b, target)
-        call = args(buffer_a(a), buffer_b(b), target if native else target.view(kind))
+        t = target if native else target.view(kind)
         if entry:
-            return entry[0](helpers, *call)
+            return entry[0](helpers, *args(kept_a(a), kept_b(b), t))
+        call = args(buffer_a(a), buffer_b(b), t)
         kept = start(helpers, call)
         if kept is not None:
             entry.append(kept)
@@ -390,10 +402,11 @@ def _half_flat_read_only(x: np.ndarray) -> np.ndarray:
 
 def buffer_of(x: np.ndarray, pool: bool):
     """The function that gives the flat buffer of an operand of ``x``'s dtype and flags: for
-    the pool's kernels, ``pool_buffer``'s; for the calling thread's twins, a C-contiguous,
-    aligned operand itself, flat, writable or read-only as the operand is (a plan's operands
-    always have the same flags, so one signature either way).  A C-contiguous, aligned operand
-    costs a reshape (and the half types a view as uint16), a third of ``pool_buffer``'s way."""
+    the pool's kernels, ``pool_buffer``'s; for the calling thread's twins (and the own pool's
+    kept runner, ``_step``), a C-contiguous, aligned operand itself, flat, writable or
+    read-only as the operand is (a plan's operands always have the same flags, so one
+    signature either way).  A C-contiguous, aligned operand costs a ``ravel`` (and the half
+    types a view as uint16), a third of ``pool_buffer``'s way."""
     flags = x.flags
     if not (flags.c_contiguous and flags.aligned):
         return pool_buffer
