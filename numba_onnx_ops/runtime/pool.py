@@ -317,17 +317,16 @@ def serve(ctrl, me, spin):
         if gen & 1 and gen != last:
             last = gen
             if me < ctrl[_LIMIT]:
-                # Linux often wakes a thread onto the CPU of the thread that woke it, and
-                # leaves the two there: a worker on its caller's CPU moves off it
-                # (``schedule``: the same move, measured, for numba's pool).  Before it joins:
-                # a caller that has done every task by then does not wait for the move.
-                cpu = current_cpu()
-                if cpu >= 0 and cpu == ctrl[_CALLER]:
-                    move_off(cpu)
                 add(ctrl, _ACTIVE, 1)
                 # Still open, so its arguments are alive until this worker leaves (``run``
                 # waits for ``_ACTIVE`` once it has closed the job).
                 if load(ctrl, _GEN) == gen:
+                    # Linux often wakes a thread onto the CPU of the thread that woke it,
+                    # and leaves the two there: a worker on its caller's CPU moves off it
+                    # (``schedule``: the same move, measured, for numba's pool).
+                    cpu = current_cpu()
+                    if cpu >= 0 and cpu == ctrl[_CALLER]:
+                        move_off(cpu)
                     call_job(ctrl, ctrl[_FN], ctrl[_ARG])
                 add(ctrl, _ACTIVE, -1)
             idle_since = now_ns()
