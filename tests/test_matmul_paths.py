@@ -574,6 +574,15 @@ def test_amd_zen_by_llvm_cpu_name(monkeypatch):
     assert not _cpu.amd_zen.__wrapped__()
 
 
+def test_halved_512_bit_fmas_only_on_zen_4(monkeypatch):
+    from numba_onnx_ops.runtime import cpu as _cpu
+
+    for name, halved in [("znver4", True), ("znver5", False), ("znver3", False),
+                         ("sapphirerapids", False), ("rocketlake", False)]:  # fmt: skip
+        monkeypatch.setattr(_cpu, "cpu_name", lambda name=name: name)
+        assert _cpu.fma512_halved.__wrapped__() is halved
+
+
 def test_pairs_fast_only_where_the_instruction_is(monkeypatch):
     monkeypatch.setattr(pairs, "pairs_supported", lambda: False)
     monkeypatch.setattr(pairs, "amd_zen", lambda: True)
@@ -1033,11 +1042,12 @@ def test_direct_kernel_is_vectorized(dtype, needle, monkeypatch):
 
 
 def test_wide_strips_by_cpu(monkeypatch):
-    """AVX-512 strips of four vectors: six rows, but four for all but float64 on AMD's Zen
-    (where they measured as fast, with no edge block for M a multiple of 4)."""
-    monkeypatch.setattr(own, "amd_zen", lambda: True)
+    """AVX-512 strips of four vectors: six rows, but four for all but float64 on AMD's Zen 4
+    (one 512-bit FMA per cycle: they measured as fast, with no edge block for M a multiple of
+    4)."""
+    monkeypatch.setattr(own, "fma512_halved", lambda: True)
     assert [own._wider_block(512, d) for d in (F32, I64, F64)] == [(4, 4), (4, 4), (6, 4)]
-    monkeypatch.setattr(own, "amd_zen", lambda: False)
+    monkeypatch.setattr(own, "fma512_halved", lambda: False)
     assert [own._wider_block(512, d) for d in (F32, I64, F64)] == [(6, 4)] * 3
     assert own._wider_block(256, F32) is None
 

@@ -30,9 +30,18 @@ def cpu_name() -> str:
 @functools.cache
 def amd_zen() -> bool:
     """Whether numba compiles for one of AMD's Zen cores, where some kernels choose differently
-    (``ops.matmul.bf16_pairs.pairs_fast``, ``ops.matmul.own``'s register blocks, the Pow
+    (``ops.matmul.bf16_pairs.pairs_fast``, the Pow
     kernels' prefetch; the measurements: docs/design.md)."""
     return cpu_name().startswith("znver")
+
+
+@functools.cache
+def fma512_halved() -> bool:
+    """Whether numba compiles for AMD's Zen 4 (``znver4``), whose FMA units are 256 bits wide:
+    a 512-bit FMA issues as two halves, one per cycle, half the rate of its successor Zen 5 and
+    of Intel's AVX-512 server cores (two per cycle).  The micro-kernel's register blocks follow
+    the rate (``ops.matmul.own``)."""
+    return cpu_name() == "znver4"
 
 
 def vector_bits() -> int:

@@ -14,7 +14,7 @@ from ... import tuning
 from ...core.broadcast import batch_offsets, contiguous_buffer, flat_buffer
 from ...core.dtypes import NATIVE, kernel_view
 from ...runtime import parallel, pool
-from ...runtime.cpu import amd_zen, cpu_features, vector_bits
+from ...runtime.cpu import cpu_features, fma512_halved, vector_bits
 from ...runtime.jit import serial_twin
 from ...runtime.numba_private import native_function, threads_now
 from . import kernels as _k
@@ -430,17 +430,19 @@ _WIDE_BLOCK = {512: (8, 2), 256: (6, 2)}
 # With AVX-512, strips of four vectors where N has room for them: each row of B is then read as
 # 256 contiguous bytes, and A once per 64 columns instead of 32.  The micro-kernel runs at the
 # FMA peak either way with its operands in L1; on batches streamed from L3 the wider strip is
-# faster.  On AMD's Zen, four rows for float32 (and the 64-bit integers): as fast as six, and M
-# needs no edge block when it is a multiple of 4; six for float64.  Six rows for every type on
-# other CPUs, such as Intel's with two 512-bit FMAs per cycle (twice the work for the same
-# loads of B).  The measurements: docs/design.md, "The micro-kernel and register blocks per CPU".
+# faster.  Six rows on CPUs with two 512-bit FMAs per cycle (Intel's AVX-512 Xeons, AMD's Zen 5):
+# 24 accumulators, enough FMAs for each load of B to keep both units busy with B in L2, where
+# four rows left Zen 5 at three quarters of its peak.  On Zen 4 (one 512-bit FMA per cycle), four
+# rows for float32 (and the 64-bit integers): as fast as six, and M needs no edge block when it
+# is a multiple of 4; six for float64.  The measurements: docs/design.md, "The micro-kernel and
+# register blocks per CPU".
 _WIDER_BLOCK = {512: (6, 4)}
-_WIDER_BLOCK_ZEN = (4, 4)  # all but float64
+_WIDER_BLOCK_HALVED = (4, 4)  # all but float64
 
 
 def _wider_block(bits: int, dtype: np.dtype) -> tuple[int, int] | None:
-    if bits == 512 and dtype != _F64 and amd_zen():
-        return _WIDER_BLOCK_ZEN
+    if bits == 512 and dtype != _F64 and fma512_halved():
+        return _WIDER_BLOCK_HALVED
     return _WIDER_BLOCK.get(bits)
 
 
