@@ -332,6 +332,27 @@ def test_half_panels_follow_the_chain_in_float32(monkeypatch, dtype):
     assert_same_values(noo.matmul(a, b), want)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_half_panels_on_one_and_two_threads_follow_the_chain_in_float32(
+    monkeypatch, dtype, threads
+):
+    """One panel of each operand, with an edge block of rows and a last strip shifted: the
+    float32 chain, rounded once, on any thread count."""
+    monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    rng = np.random.default_rng(19)
+    a, b = values(rng, (45, 70), dtype), values(rng, (70, 83), dtype)
+    want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        got = noo.matmul(a, b)
+    finally:
+        numba.set_num_threads(before)
+    assert_same_values(got, want)
+
+
 def test_bfloat16_batches_follow_the_chain_in_float32(paths, monkeypatch):
     """A batch of smaller bfloat16 products widened whole: the float32 chain of each element,
     rounded once; broadcast batches, a last strip shifted onto the one before."""
