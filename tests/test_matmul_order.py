@@ -119,6 +119,36 @@ def test_row_groups_on_the_pool_are_the_fma_chain(paths, width, monkeypatch, dty
     assert set(paths.places) == {"pool"} and set(paths) == {"matmul_vector"}
 
 
+@pytest.mark.skipif(own._NTHREADS < 2, reason="a pool of one thread groups no rows")
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_four_row_groups_where_six_rows_leave_a_thread_idle(paths, monkeypatch, dtype):
+    """On a CPU of six-row blocks, a product of one column strip whose rows six-row blocks
+    cannot group takes four-row blocks in groups (``own.grouped_tile``); with strips enough
+    for every thread it keeps six rows.  The chain either way."""
+    monkeypatch.setattr(own, "vector_bits", lambda: 512)
+    monkeypatch.setattr(own, "fma512_halved", lambda: False)
+    monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)  # on the pool, whatever the size
+    own.vector_tile.cache_clear()
+    try:
+        rng = np.random.default_rng(20)
+        lanes = 64 // dtype.itemsize
+        for m, n, rows in [
+            (64, 4 * lanes, 4),
+            (64, 4 * lanes * own._NTHREADS, 6),
+            (62, 4 * lanes, 6),
+        ]:
+            a, b = values(rng, (m, 40), dtype), values(rng, (40, n), dtype)
+            tile, nr = own.vector_tile(dtype, n)
+            assert own._tile_rows(tile) == 6
+            got, groups = own.grouped_tile(dtype, 1, m, n, 40, tile, nr, m * n * 40)
+            assert own._tile_rows(got) == rows and (groups > 1) == (rows == 4)
+            assert got[rows:] == tile[6:]  # (the same vectors of columns)
+            assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
+    finally:
+        own.vector_tile.cache_clear()
+    assert set(paths.places) == {"pool"} and set(paths) == {"matmul_vector"}
+
+
 @pytest.mark.parametrize("place", ["here", "pool"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, place):

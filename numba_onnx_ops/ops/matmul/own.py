@@ -94,7 +94,7 @@ def plan(a, b, batch, m, n, k):
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
     if tile is not None:
         kc = k_block(a.dtype, k)
-        groups = row_groups(a.dtype, nbatch, m, n, kc, _tile_rows(tile), work)
+        tile, groups = grouped_tile(a.dtype, nbatch, m, n, kc, tile, nr, work)
         if groups > 1:  # each matrix's rows as `groups` matrices of the batch
             rows = m // groups
             a_off = (a_off[:, None] + np.arange(groups) * rows * a_rs).reshape(-1)
@@ -173,6 +173,27 @@ def row_groups(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, mr: int, w
         if m % groups == 0 and (m // groups) % mr == 0:  # (no edge block in any group)
             return groups
     return 1
+
+
+def grouped_tile(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, tile: tuple, nr: int,
+                 work: int):  # fmt: skip
+    """``(tile, groups)`` of ``matmul_vector`` on the pool: ``tile`` (``nr`` columns) and its
+    ``row_groups``, but a tile of four rows by the same vectors where ``tile``'s rows (six:
+    CPUs with two 512-bit FMAs per cycle) divide no group, four rows do, and the batch's
+    column strips alone would leave a thread without a task.  Grouping is for a block of B
+    that stays in L2 from call to call; at these sizes (B's strips of a few K rows, in L1)
+    four-row blocks run as fast as six, and the one task left the second thread idle
+    (docs/design.md, "The micro-kernel and register blocks per CPU").  Same sums: the tile
+    does not change any element's chain."""
+    mr = _tile_rows(tile)
+    groups = row_groups(dtype, nbatch, m, n, kc, mr, work)
+    if groups > 1 or mr <= 4 or nbatch * -(-n // nr) >= _NTHREADS:
+        return tile, groups
+    fewer = row_groups(dtype, nbatch, m, n, kc, 4, work)
+    if fewer == 1:
+        return tile, 1
+    nv = sum(1 for t in tile if type(t) is float)
+    return tile_shape(4, nv, len(tile) - mr - nv), fewer
 
 
 def pack_strips(b: np.ndarray, origin: int, b_rs: int, k: int, n: int, nr: int) -> np.ndarray:
