@@ -19,14 +19,16 @@ if TYPE_CHECKING:
 # Shapes that walk every dispatch path, on the calling thread and on the pool: tiny,
 # batched, odd sizes past the block edges, matrix-vector products (small and large), batches
 # of 8, 16 and 64 columns with enough work for the vector micro-kernel (one of each of its
-# block widths), and a product large enough for the half types' own paths (sgemm panels,
+# block widths), one column strip on the pool whose rows group in fours (``own.grouped_tile``),
+# and a product large enough for the half types' own paths (sgemm panels,
 # bfloat16 pairs); for Pow, every exponent class and broadcast pattern, on a base small enough
 # for the calling thread's kernels and on one large enough for the pool's.
 _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)),
                  ((2, 1, 33, 17), (3, 17, 5)), ((64,), (64, 64)), ((64, 64), (64,)),
                  ((512,), (512, 512)), ((512, 512), (512,)),
                  ((2048, 8, 8), (2048, 8, 8)), ((256, 16, 16), (256, 16, 16)),
-                 ((16, 64, 64), (16, 64, 64)), ((200, 192), (192, 200))]  # fmt: skip
+                 ((16, 64, 64), (16, 64, 64)), ((64, 40), (40, 64)),
+                 ((200, 192), (192, 200))]  # fmt: skip
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 _POW_SHAPES = [(8, 40), (8, 4000)]
 
