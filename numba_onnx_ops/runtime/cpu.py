@@ -30,8 +30,8 @@ def cpu_name() -> str:
 @functools.cache
 def amd_zen() -> bool:
     """Whether numba compiles for one of AMD's Zen cores, where some kernels choose differently
-    (``ops.matmul.bf16_pairs.pairs_fast``, the Pow
-    kernels' prefetch; the measurements: docs/design.md)."""
+    (``ops.matmul.bf16_pairs.pairs_fast``, the Pow kernels' prefetch; the measurements:
+    docs/design.md)."""
     return cpu_name().startswith("znver")
 
 
