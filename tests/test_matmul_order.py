@@ -132,15 +132,16 @@ def test_four_row_groups_where_six_rows_leave_a_thread_idle(paths, monkeypatch, 
     try:
         rng = np.random.default_rng(20)
         lanes = 64 // dtype.itemsize
+        # (M = 16: groups of four rows, none of six; M = 14: neither)
         for m, n, rows in [
-            (64, 4 * lanes, 4),
-            (64, 4 * lanes * own._NTHREADS, 6),
-            (62, 4 * lanes, 6),
+            (16, 4 * lanes, 4),
+            (16, 4 * lanes * own._NTHREADS, 6),
+            (14, 4 * lanes, 6),
         ]:
-            a, b = values(rng, (m, 40), dtype), values(rng, (40, n), dtype)
+            a, b = values(rng, (m, 8), dtype), values(rng, (8, n), dtype)
             tile, nr = own.vector_tile(dtype, n)
             assert own._tile_rows(tile) == 6
-            got, groups = own.grouped_tile(dtype, 1, m, n, 40, tile, nr, m * n * 40)
+            got, groups = own.grouped_tile(dtype, 1, m, n, 8, tile, nr, m * n * 8)
             assert own._tile_rows(got) == rows and (groups > 1) == (rows == 4)
             assert got[rows:] == tile[6:]  # (the same vectors of columns)
             assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b))
@@ -372,7 +373,7 @@ def test_half_panels_on_one_and_two_threads_follow_the_chain_in_float32(
     monkeypatch.setattr(tuning, "HALF_PANELS_MIN", 1000)
     monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
     rng = np.random.default_rng(19)
-    a, b = values(rng, (45, 70), dtype), values(rng, (70, 83), dtype)
+    a, b = values(rng, (13, 20), dtype), values(rng, (20, 37), dtype)
     want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
