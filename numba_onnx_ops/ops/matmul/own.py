@@ -180,11 +180,11 @@ def grouped_tile(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, tile: tu
     """``(tile, groups)`` of ``matmul_vector`` on the pool: ``tile`` (``nr`` columns) and its
     ``row_groups``, but a tile of four rows by the same vectors where ``tile``'s rows (six:
     CPUs with two 512-bit FMAs per cycle) divide no group, four rows do, and the batch's
-    column strips alone would leave a thread without a task.  Grouping is for a block of B
-    that stays in L2 from call to call; at these sizes (B's strips of a few K rows, in L1)
-    four-row blocks run as fast as six, and the one task left the second thread idle
-    (docs/design.md, "The micro-kernel and register blocks per CPU").  Same sums: the tile
-    does not change any element's chain."""
+    column strips alone would leave a thread without a task.  With B's strip in L1 four-row
+    blocks run as fast as six; with it in L2 (up to ``tuning.ROW_GROUPS_MAX_B``) slower, but
+    far less than the one task that left the second thread idle (docs/design.md, "The
+    micro-kernel and register blocks per CPU").  Same sums: the tile does not change any
+    element's chain."""
     mr = _tile_rows(tile)
     groups = row_groups(dtype, nbatch, m, n, kc, mr, work)
     if groups > 1 or mr <= 4 or nbatch * -(-n // nr) >= _NTHREADS:
