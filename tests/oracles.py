@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from fractions import Fraction
 
 import ml_dtypes
 import numpy as np
@@ -278,45 +277,110 @@ def matmul_float_reference(a, b):
     return np.asarray(ref), np.asarray(bound)
 
 
-def round_fraction(x: Fraction, dtype) -> float:
-    """``x`` rounded once, to nearest with ties to even, to ``dtype`` (float16/32/64, subnormals
-    included; overflow to infinity), returned as the (exactly equal) Python float."""
-    p, emin, emax = FORMATS[np.dtype(dtype)]
-    if x == 0:
-        return 0.0
-    mag = abs(x)
-    e = mag.numerator.bit_length() - mag.denominator.bit_length()  # 2**e <= mag < 2**(e + 2)
-    if mag < Fraction(2) ** e:
-        e -= 1
-    elif mag >= Fraction(2) ** (e + 1):
-        e += 1
-    quantum = Fraction(2) ** (max(e, emin) - (p - 1))
-    r = round(mag / quantum) * quantum  # Fraction's round: half to even, exact
-    if r > Fraction(max_finite(dtype)):
-        return math.copysign(math.inf, x)
-    return math.copysign(float(r), x)
+def _exact_parts(v: float) -> tuple[int, int]:
+    """``v`` (finite) as ``(mantissa, exponent)`` integers with ``v == mantissa * 2**exponent``."""
+    m, e = math.frexp(v)
+    return int(math.ldexp(m, 53)), e - 53
+
+
+def _fma_exact(x: tuple[int, int], y: tuple[int, int], acc, p: int, emin: int, emax: int):
+    """One step of the chain in exact integers: ``x * y + acc`` rounded once, to nearest with
+    ties to even, to the format of precision ``p`` (subnormals included; overflow to an
+    infinity, which later steps keep).  ``acc`` is ``(mantissa, exponent)`` or a float
+    infinity; an exact zero is +0 (the chain starts from +0, and RN(-0 + +0) is +0)."""
+    if isinstance(acc, float):
+        return acc
+    prod, e_prod = x[0] * y[0], x[1] + y[1]
+    if not prod:
+        return acc
+    if not acc[0]:
+        total, e0 = prod, e_prod
+    else:
+        e0 = min(e_prod, acc[1])
+        total = (prod << (e_prod - e0)) + (acc[0] << (acc[1] - e0))
+    if not total:
+        return (0, 0)
+    mag = abs(total)
+    quantum = max(e0 + mag.bit_length() - p, emin - p + 1)
+    shift = quantum - e0
+    if shift > 0:
+        r, rem = mag >> shift, mag & ((1 << shift) - 1)
+        half = 1 << (shift - 1)
+        if rem > half or (rem == half and r & 1):
+            r += 1
+        mag, e0 = r, quantum
+    if e0 + mag.bit_length() - 1 > emax:
+        return math.copysign(math.inf, total)
+    return (-mag if total < 0 else mag), e0
+
+
+def _fma_chain_exact(a: np.ndarray, b: np.ndarray, acc_dtype: np.dtype) -> np.ndarray:
+    p, emin, emax = FORMATS[acc_dtype]
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    out = np.empty(a.shape[:-2] + (m, n), np.float64)
+    for idx in np.ndindex(a.shape[:-2]):
+        rows = [[_exact_parts(float(v)) for v in row] for row in a[idx].tolist()]
+        cols = [[_exact_parts(float(v)) for v in col] for col in b[idx].T.tolist()]
+        for i, row in enumerate(rows):
+            for j, col in enumerate(cols):
+                acc = (0, 0)
+                for kk in range(k):
+                    acc = _fma_exact(row[kk], col[kk], acc, p, emin, emax)
+                out[idx + (i, j)] = acc if isinstance(acc, float) else math.ldexp(*acc)
+    return out.astype(acc_dtype)
+
+
+def _two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(s, t)`` with ``s = fl(x + y)`` and ``s + t == x + y`` exactly (Knuth's TwoSum; float64,
+    no overflow)."""
+    s = x + y
+    yy = s - x
+    return s, (x - (s - yy)) + (y - yy)
+
+
+def _round_to_odd(s: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """The float64 next to the exact ``s + t`` (``s`` its nearest float64) with an odd last
+    mantissa bit, or ``s`` itself where ``t == 0``: rounding to odd."""
+    bits = s.view(np.int64).copy()
+    move = (t != 0) & (bits & 1 == 0) & np.isfinite(s)
+    # (s != 0 wherever t != 0; int64 bits +1 / -1 move away from / toward zero, either sign)
+    bits[move] += np.where(np.signbit(s[move]) == np.signbit(t[move]), 1, -1)
+    return bits.view(np.float64)
+
+
+def _fma_chain_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The chain for a float32 accumulator, vectorized over C: each product of two operands
+    of at most 24 significant bits is exact in float64, ``product + acc`` is exact as TwoSum's
+    pair, and that sum rounded to odd in float64 (53 bits) and then to nearest in float32 is
+    the sum rounded once to nearest in float32: double rounding is innocuous when the first
+    rounding is to odd with two or more extra bits (Boldo and Melquiond, "When double
+    rounding is odd", 2005)."""
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    acc = np.zeros(a.shape[:-1] + (b.shape[-1],), np.float64)
+    for kk in range(a.shape[-1]):
+        with np.errstate(invalid="ignore"):  # (an overflowed acc: its TwoSum error is NaN)
+            s, t = _two_sum(a64[..., :, kk : kk + 1] * b64[..., kk : kk + 1, :], acc)
+        acc = round_to_format(_round_to_odd(s, t), F32).astype(np.float64)
+    return acc.astype(F32)
 
 
 def matmul_fma_chain(a, b, acc_dtype=None) -> np.ndarray:
     """The float MatMul of the documented order, exactly: each element of C is the chain
     ``acc = 0; acc = fma(A[i, k], B[k, j], acc)`` for k in order, every step one rounding of
-    the exact ``A[i, k] * B[k, j] + acc`` to ``acc_dtype`` (the operands' type unless given),
-    computed with exact rationals.  Finite operands only; 2-D or broadcast batches."""
+    the exact ``A[i, k] * B[k, j] + acc`` to ``acc_dtype`` (the operands' type unless given).
+    Finite operands only; 2-D or broadcast batches.  A float32 accumulator over operands of at
+    most float32's precision takes a vectorized exact construction (``_fma_chain_float32``);
+    every other case, and the tests of that construction, exact integers."""
     a = np.asarray(a)
     b = np.asarray(b)
     acc_dtype = np.dtype(acc_dtype or a.dtype)
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = np.broadcast_to(a, batch + a.shape[-2:])
     b = np.broadcast_to(b, batch + b.shape[-2:])
-    m, k = a.shape[-2:]
-    n = b.shape[-1]
-    to_exact = np.frompyfunc(lambda v: Fraction(float(v)), 1, 1)
-    step = np.frompyfunc(lambda x, y, acc: Fraction(round_fraction(x * y + acc, acc_dtype)), 3, 1)
-    aq, bq = to_exact(a.astype(np.float64)), to_exact(b.astype(np.float64))
-    acc = np.full(batch + (m, n), Fraction(0), dtype=object)
-    for kk in range(k):
-        acc = step(aq[..., :, kk : kk + 1], bq[..., kk : kk + 1, :], acc)
-    return np.frompyfunc(float, 1, 1)(acc).astype(np.float64).astype(acc_dtype)
+    if acc_dtype == F32 and a.dtype in (F16, BF16, F32) and b.dtype in (F16, BF16, F32):
+        return _fma_chain_float32(a, b)
+    return _fma_chain_exact(a, b, acc_dtype)
 
 
 def assert_matmul_close(actual, a, b, *, what=""):
