@@ -365,12 +365,16 @@ def _on_layer(kernel):
 
 def _here_step(kernel, args, a, b, size: int):
     """The step that runs ``kernel``'s serial twin on the calling thread, through the twin's
-    compiled entry for these argument types (resolved now, from ``a`` and ``b``, whose types
-    every call of the plan shares)."""
+    compiled entry for read-only operands of these dtypes, the one signature the own pool's
+    runner takes too.  The entry reads an operand's data, shape and strides, not its flags,
+    and the twin never writes one, so it is called with the operands' flat views, writable
+    or not: a read-only operand (an initializer of a model, a broadcast view) compiles no
+    twin of its own."""
     kind = kernel_view(a)[0].dtype
     buffer_a, buffer_b = buffer_of(a, pool=False), buffer_of(b, pool=False)
     sample = np.empty(size, kind)  # (a result of ``size`` elements)
-    entry = parallel.here_entry(serial_twin(kernel), *args(buffer_a(a), buffer_b(b), sample))
+    read_only = args(buffer_of(a, pool=True)(a), buffer_of(b, pool=True)(b), sample)
+    entry = parallel.here_entry(serial_twin(kernel), *read_only)
     if kind != a.dtype:
 
         def here(a, b, target):
