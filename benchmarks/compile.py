@@ -26,9 +26,10 @@ atexit.register(shutil.rmtree, _cache, True)
 os.environ["NUMBA_CACHE_DIR"] = _cache  # read when numba is imported, just below
 """
 
-#: One first call per kernel family: (inputs, the call).  float32 2-D products run on the
-#: micro-kernel, on the pool from a few hundred thousand multiply-adds and on the calling thread
-#: below (its serial twin, compiled apart); long batches of tiny matrices on their own kernel.
+#: One first call per kernel family, and two from a user's ``@njit`` function: (inputs, the
+#: call).  float32 2-D products run on the micro-kernel, on the pool from a few hundred thousand
+#: multiply-adds and on the calling thread below (its serial twin, compiled apart); long batches
+#: of tiny matrices on their own kernel.
 FIRST_CALLS = {
     "matmul float32 (256,256)": ("a = np.ones((256, 256), np.float32)", "matmul(a, a)"),
     "matmul float32 (64,64)": ("a = np.ones((64, 64), np.float32)", "matmul(a, a)"),
@@ -56,6 +57,15 @@ FIRST_CALLS = {
     "pow int32 ^ 3": ("x = np.ones(1000, np.int32); y = np.int32(3)", "pow(x, y)"),
     "pow float16 ^ 2": ("x = np.ones(1000, np.float16); y = np.float16(2)", "pow(x, y)"),
     "pow float16 ^ float16": ("x = np.ones(1000, np.float16); y = x.copy()", "pow(x, y)"),
+    # a user's @njit function: the overloads' code compiled into it, the kernels it calls
+    "njit pow float32 ^ 3.7": (
+        "import numba; f = numba.njit(lambda x: pow(x, 3.7)); x = np.ones(1000, np.float32)",
+        "f(x)",
+    ),
+    "njit matmul float32 (8,8)": (
+        "import numba; f = numba.njit(lambda a: matmul(a, a)); a = np.ones((8, 8), np.float32)",
+        "f(a)",
+    ),
 }
 
 

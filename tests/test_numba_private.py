@@ -119,9 +119,17 @@ while side**3 <= tuning.MATMUL_HERE_MAX:
 for n in (6, side):
     a = np.arange(n * n, dtype=np.int32).reshape(n, n) % 35 - 17
     matmul_right &= nox.matmul(a, a).tolist() == (a.astype(np.int64) @ a).tolist()
+# and from a user's compiled function: the overloads' code reaches it as modules to link too
+import numba
+@numba.njit
+def users_layer(x, w, e):
+    return nox.pow(nox.matmul(x, w), e)
+x = np.arange(12, dtype=np.int64).reshape(3, 4) % 5 - 2
+layer = users_layer(x, x.T.copy(), 3).tolist()
 print(json.dumps({
     "pow": pow_right,
     "matmul": matmul_right,
+    "njit": layer == ((x @ x.T) ** 3).tolist(),
     "twins": [twin.py_func.__qualname__ for twin in jit.serial_twins() + pool.task_twins()],
     "emitted": emitted,
     "optimized": optimized,
@@ -158,12 +166,14 @@ def machine_code(tmp_path_factory) -> dict:
 def test_only_kernels_become_machine_code(machine_code, step):
     """The helpers a kernel calls reach it as LLVM modules to link: numba would otherwise
     optimize each of them as a whole and turn it into machine code of its own, with Python and
-    C wrappers, on the first call.  Of the functions numba builds for a parallel loop, only the
+    C wrappers, on the first call.  So do the overloads' functions a user's ``@njit`` function
+    calls (``users_layer``): its own compile optimizes them.  Of the functions numba builds
+    for a parallel loop, only the
     loop's body is optimized and becomes machine code before the kernel does (numba takes the
     address of its entry); its two wrappers are only linked."""
     result = machine_code
-    assert result["pow"] and result["matmul"]
-    kernels = _kernel_names()
+    assert result["pow"] and result["matmul"] and result["njit"]
+    kernels = _kernel_names() | {"users_layer"}
     # a twin is its kernel's code under the kernel's name and ``_here`` (serial) or ``_tasks``
     # (the own pool's)
     twins = result["twins"]

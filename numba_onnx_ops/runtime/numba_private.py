@@ -62,7 +62,9 @@ package was tried with); the attributes below exist and behave as described in b
   the whole once), and ``numba._dynfunc.make_function``
   for the entry the dispatcher's table needs, which, as for numba's own overloads, has no
   Python wrapper behind it: njit helpers therefore use a dispatcher that refuses calls from
-  Python.  A Pow kernel's first compile is markedly shorter.  Where any of these is missing,
+  Python.  A Pow kernel's first compile is markedly shorter.  The overloads that users'
+  ``@njit`` functions call are compiled the same way: the user's function is the kernel that
+  links and optimizes them once.  Where any of these is missing,
   helpers compile as plain ``numba.njit`` functions (the same results, slower first calls).
 - Kernels compiled with deferred libraries (:data:`KERNEL_OPTIONS`): numba lowers a parallel
   loop as a body function, a gufunc wrapper that links the body and a parallel wrapper that

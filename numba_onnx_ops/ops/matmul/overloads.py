@@ -16,6 +16,10 @@ user's ``prange`` never launches onto numba's pool from within it:
 - integers: ``matmul_direct`` (exact modulo 2**bits, so every kernel gives the same bits).
 
 Operands of any layout are read through a C-contiguous buffer (a copy unless they are one).
+
+The implementation and every function here are compiled as helpers (``jit.helper``): modules
+the user's function links and optimizes once with its own code, the first compile about half as
+long as with each optimized and made machine code of its own.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from numba.extending import overload
 from ...core.njit import is_absent, literal, prototype, refusals, refuse_half
 from ...runtime.cpu import vector_bits
 from ...runtime.half import NATIVE
-from ...runtime.jit import serial_twin
-from ...runtime.numba_private import compile_with_slp
+from ...runtime.jit import helper, serial_twin
+from ...runtime.numba_private import LINK_ONLY_OPTIONS, compile_with_slp
 from . import decisions, own
 from . import kernels as _k
 from .api import matmul
@@ -40,7 +44,7 @@ from .api import matmul
 _ROWS_PER_TASK = 256  # ``own.plan``'s for ``matmul_rows_dot``
 
 
-@overload(matmul, prefer_literal=True)
+@overload(matmul, prefer_literal=True, jit_options=LINK_ONLY_OPTIONS)
 def _matmul_overload(A, B, opset=None, out=None):
     opset_value = literal("MatMul", "opset", opset)
     if not is_absent(out):
@@ -90,35 +94,35 @@ def _implementation(label: str, dtype: np.dtype, A, B):
     return impl
 
 
-@numba.njit
+@helper()
 def _row(a):  # a 1-D A: one row
     return (), 1, a.shape[0]
 
 
-@numba.njit
+@helper()
 def _column(b):  # a 1-D B: one column
     return (), b.shape[0], 1
 
 
-@numba.njit
+@helper()
 def _matrix(a):
     return a.shape[:-2], a.shape[-2], a.shape[-1]
 
 
 _SHAPES = {
-    (False, False): numba.njit(lambda batch, m, n: batch + (m, n)),
-    (True, False): numba.njit(lambda batch, m, n: batch + (n,)),
-    (False, True): numba.njit(lambda batch, m, n: batch + (m,)),
-    (True, True): numba.njit(lambda batch, m, n: batch),
+    (False, False): helper()(lambda batch, m, n: batch + (m, n)),
+    (True, False): helper()(lambda batch, m, n: batch + (n,)),
+    (False, True): helper()(lambda batch, m, n: batch + (m,)),
+    (True, True): helper()(lambda batch, m, n: batch),
 }
 
 
-@numba.njit
+@helper()
 def _view(x):
     return x.reshape(-1)
 
 
-@numba.njit
+@helper()
 def _copy(x):
     return np.ascontiguousarray(x).reshape(-1)
 
@@ -127,9 +131,9 @@ def _copy(x):
 def _batch_function(na: int, nb: int, label: str):
     """The broadcast batch shape of batch shapes of ``na`` and ``nb`` dimensions."""
     if na == 0:
-        return numba.njit(lambda a, b: b)
+        return helper()(lambda a, b: b)
     if nb == 0:
-        return numba.njit(lambda a, b: a)
+        return helper()(lambda a, b: a)
     message = f"{label}: batch dimensions do not broadcast"
 
     def batch_of(a, b):
@@ -139,7 +143,7 @@ def _batch_function(na: int, nb: int, label: str):
                 raise ValueError(message)
         return np.broadcast_shapes(a, b)
 
-    return numba.njit(batch_of)
+    return helper()(batch_of)
 
 
 @functools.cache
@@ -147,13 +151,13 @@ def _offsets_function(nb: int, own_nb: int):
     """Where each matrix of the broadcast batch starts in a C-contiguous operand whose own
     batch has ``own_nb`` dimensions (``nb`` in the result)."""
     if nb == 0:
-        return numba.njit(lambda batch, own, size: np.zeros(1, np.int64))
+        return helper()(lambda batch, own, size: np.zeros(1, np.int64))
     if own_nb <= 0:
         return _zero_offsets
     return _batch_offsets
 
 
-@numba.njit
+@helper()
 def _zero_offsets(batch, own, size):
     n = 1
     for d in batch:
@@ -161,7 +165,7 @@ def _zero_offsets(batch, own, size):
     return np.zeros(n, np.int64)
 
 
-@numba.njit
+@helper()
 def _batch_offsets(batch, own, size):
     nb, no = len(batch), len(own)
     n = 1
@@ -211,10 +215,10 @@ def _product_function(dtype: np.dtype):
                    i64(nr), i64(k), False, i64(1), tile, 0)  # fmt: skip
             out3[...] = wide[:, :, :n]
 
-    return numba.njit(product)
+    return helper()(product)
 
 
-@numba.njit
+@helper()
 def _pad_columns(b, b_off, k, n, nr):
     """B's matrices (K x n each, at ``b_off``) as K x nr, the columns past n zero."""
     matrices = b.size // (k * n)
@@ -244,4 +248,4 @@ def _direct_product(dtype: np.dtype):
         direct(a, a_off, i64(k), i64(1), b, b_off, i64(n), i64(1), i64(NATIVE), out3, i64(m),
                i64(n), i64(k), i64(1), np.empty(0, out3.dtype))  # fmt: skip
 
-    return numba.njit(product)
+    return helper()(product)

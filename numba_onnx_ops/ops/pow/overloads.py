@@ -10,6 +10,9 @@ entry point's rule), and the class's kernel runs on the calling thread: the call
 kernels (``kernels.HERE``) and their fix-up pass, on contiguous chunks of ``kernels.CHUNK``
 elements, as the entry point runs small calls, so the bits are the entry point's.  A call
 inside a user's ``prange`` never launches onto numba's pool from within it.
+
+The implementation and every function here are compiled as helpers (``jit.helper``), as
+MatMul's overload's are (``ops.matmul.overloads``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from numba.extending import overload
 from ...core.njit import is_absent, literal, prototype, refusals, refuse_half
 from ...core.versions import POW_LEGACY_BROADCAST, resolve_version
 from ...runtime.half import NATIVE
+from ...runtime.jit import helper
+from ...runtime.numba_private import LINK_ONLY_OPTIONS
 from . import classes, decisions
 from . import kernels as _k
 from .api import pow  # noqa: A004 - the ONNX operator's name
@@ -32,7 +37,7 @@ from .api import pow  # noqa: A004 - the ONNX operator's name
 _INT64_MAX = np.iinfo(np.int64).max
 
 
-@overload(pow, prefer_literal=True)
+@overload(pow, prefer_literal=True, jit_options=LINK_ONLY_OPTIONS)
 def _pow_overload(X, Y, opset=None, broadcast=None, axis=None, out=None):
     opset_value = literal("Pow", "opset", opset)
     legacy_broadcast = literal("Pow", "broadcast", broadcast)
@@ -115,7 +120,7 @@ def _legacy_broadcast(label, scalar, general, start, xnd, ynd):
     return impl
 
 
-@numba.njit
+@helper()
 def _flat(x, shape):
     """``x`` broadcast to ``shape`` as a flat C-contiguous array: ``x`` itself where it is
     one, else a copy."""
@@ -154,7 +159,7 @@ def _chunked(kernel, xdtype):
             if flag:
                 fixup(xb[s:t], kind, yb[s:t], kind, out[s:t], flag)
 
-    return numba.njit(run_scalar), numba.njit(run_array)
+    return helper()(run_scalar), helper()(run_array)
 
 
 def _here(kernel, xdtype):
@@ -167,7 +172,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
     ``e`` of ``ydtype``, by its class (``classes``) with ``plan.scalar_class``'s arguments."""
     one, copy = classes.ONE, classes.COPY
     if xdtype.kind == "f":
-        classify = numba.njit(classes.float_base_class)
+        classify = helper()(classes.float_base_class)
         narrow = xdtype.itemsize <= 4
         square, cube = _here(_k.pow_square, xdtype), _here(_k.pow_cube, xdtype)
         sqrt, recip = _here(_k.pow_sqrt, xdtype), _here(_k.pow_recip, xdtype)
@@ -199,17 +204,17 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
                 else:
                     run(xb, value, out)
 
-            run = numba.njit(classes_of)
-            run_class = numba.njit(classes_of_narrow)
+            run = helper()(classes_of)
+            run_class = helper()(classes_of_narrow)
         else:
-            run_class = numba.njit(classes_of)
-        code = numba.njit(lambda value: classify(np.float64(value), narrow))
+            run_class = helper()(classes_of)
+        code = helper()(lambda value: classify(np.float64(value), narrow))
     elif ydtype.kind == "f":  # an integer base, a float exponent
         general = _here(_k.pow_general, xdtype)
-        run_class = numba.njit(lambda xb, value, out: general(xb, np.float64(value), out))
-        code = numba.njit(lambda value: classes.GENERAL)
+        run_class = helper()(lambda xb, value, out: general(xb, np.float64(value), out))
+        code = helper()(lambda value: classes.GENERAL)
     else:
-        classify = numba.njit(classes.int_base_class)
+        classify = helper()(classes.int_base_class)
         square, cube = _here(_k.pow_square, xdtype), _here(_k.pow_cube, xdtype)
         ipow, general = _here(_k.pow_ipow, xdtype), _here(_k.pow_general, xdtype)
         wide = ydtype == np.uint64
@@ -227,7 +232,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
             else:
                 general(xb, np.int64(value), out)
 
-        run_class = numba.njit(int_classes)
+        run_class = helper()(int_classes)
         code = classify
 
     def scalar(X, value, shape):
@@ -243,7 +248,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
                 run_class(_flat(X, shape), value, out)
         return result
 
-    return numba.njit(scalar)
+    return helper()(scalar)
 
 
 @functools.cache
@@ -258,4 +263,4 @@ def _general_function(xdtype: np.dtype):
             run(_flat(X, shape), _flat(Y, shape), out)
         return result
 
-    return numba.njit(general)
+    return helper()(general)
