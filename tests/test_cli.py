@@ -350,8 +350,9 @@ def test_bench_plot_without_matplotlib_cannot_run(tmp_path):
 def test_bench_says_what_numba_did_on_first_calls(tmp_path):
     """In a new numba cache our first call compiles; in the next process it loads from there."""
     cache = {"NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
-    # int32: a product of ours (numpy's BLAS takes some small float products)
-    bench = ("bench", "--quick", "--cases", "matmul-i32-512")
+    # int32: a product of ours (numpy's BLAS takes some small float products); tiny: what
+    # numba did is reported at every size, and this one times the fewest rounds
+    bench = ("bench", "--size", "tiny", "--cases", "matmul-i32-512")
     first, second = (cli(*bench, env=cache) for _ in range(2))
     for done in (first, second):
         assert done.returncode == 0, done.stderr
