@@ -168,9 +168,8 @@ def test_only_kernels_become_machine_code(machine_code, step):
     optimize each of them as a whole and turn it into machine code of its own, with Python and
     C wrappers, on the first call.  So do the overloads' functions a user's ``@njit`` function
     calls (``users_layer``): its own compile optimizes them.  Of the functions numba builds
-    for a parallel loop, only the
-    loop's body is optimized and becomes machine code before the kernel does (numba takes the
-    address of its entry); its two wrappers are only linked."""
+    for a parallel loop, only the loop's body is optimized and becomes machine code before the
+    kernel does (numba takes the address of its entry); its two wrappers are only linked."""
     result = machine_code
     assert result["pow"] and result["matmul"] and result["njit"]
     kernels = _kernel_names() | {"users_layer"}
