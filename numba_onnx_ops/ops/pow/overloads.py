@@ -36,6 +36,11 @@ from .api import pow  # noqa: A004 - the ONNX operator's name
 
 _INT64_MAX = np.iinfo(np.int64).max
 
+# The exponent-class rules, one helper each, shared by every pair of dtypes (their argument types
+# are the same for all: a float64 and a flag, or the integer exponent).
+_float_class = helper()(classes.float_base_class)
+_int_class = helper()(classes.int_base_class)
+
 
 @overload(pow, prefer_literal=True, jit_options=LINK_ONLY_OPTIONS)
 def _pow_overload(X, Y, opset=None, broadcast=None, axis=None, out=None):
@@ -172,7 +177,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
     ``e`` of ``ydtype``, by its class (``classes``) with ``plan.scalar_class``'s arguments."""
     one, copy = classes.ONE, classes.COPY
     if xdtype.kind == "f":
-        classify = helper()(classes.float_base_class)
+        classify = _float_class
         narrow = xdtype.itemsize <= 4
         square, cube = _here(_k.pow_square, xdtype), _here(_k.pow_cube, xdtype)
         sqrt, recip = _here(_k.pow_sqrt, xdtype), _here(_k.pow_recip, xdtype)
@@ -214,7 +219,7 @@ def _scalar_function(xdtype: np.dtype, ydtype: np.dtype):
         run_class = helper()(lambda xb, value, out: general(xb, np.float64(value), out))
         code = helper()(lambda value: classes.GENERAL)
     else:
-        classify = helper()(classes.int_base_class)
+        classify = _int_class
         square, cube = _here(_k.pow_square, xdtype), _here(_k.pow_cube, xdtype)
         ipow, general = _here(_k.pow_ipow, xdtype), _here(_k.pow_general, xdtype)
         wide = ydtype == np.uint64
