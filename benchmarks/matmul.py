@@ -139,9 +139,14 @@ class MatMulBatched:
     track_gflops.unit = "GFLOP/s"
 
 
-#: Large products around the crossover of B packed in strips (``tuning.PACK_B_MIN_MNK``):
-#: widths a power of two (and 3 x 1024) apart, where B read in place misses L2, and one not.
+#: Products around the crossover of B's strips packed by the tasks (``tuning.PACK_MIN_ROWS``,
+#: ``PACK_MIN_SPAN``): widths a power of two (and 3 x 1024) apart, where a strip read in place
+#: misses L2, one not, and few rows against many.
 PACKED_B = {
+    "256^3": ((256, 256), (256, 256)),
+    "128x512x512": ((128, 512), (512, 512)),
+    "32x1024x1024": ((32, 1024), (1024, 1024)),
+    "16x3072x768": ((16, 3072), (3072, 768)),
     "512^3": ((512, 512), (512, 512)),
     "1000^3": ((1000, 1000), (1000, 1000)),
     "1024^3": ((1024, 1024), (1024, 1024)),
@@ -151,16 +156,19 @@ PACKED_B = {
 
 
 class MatMulPackedB(ForcedTuning):
-    """float32 and float64 products on the vector micro-kernel with B read in place
-    (``tuning.PACK_B_MIN_MNK`` past any size) and packed in strips (``PACK_B_MIN_MNK`` 0), side
-    by side: the sizes from which packing pays is what ``PACK_B_MIN_MNK`` holds."""
+    """float32 and float64 products on the vector micro-kernel with B's strips read in place
+    (``tuning.PACK_MIN_ROWS`` past any size) and copied by the tasks (``PACK_MIN_ROWS`` 1,
+    ``PACK_MIN_SPAN`` 0), side by side: where copying pays is what the two values hold."""
 
     params = (["float32", "float64"], list(PACKED_B), ["in place", "packed"])
     param_names = ("dtype", "shapes", "b")
     timeout = 300
 
     def setup(self, dtype_name, shapes, b):
-        self.force(PACK_B_MIN_MNK=sys.maxsize if b == "in place" else 0)
+        if b == "in place":
+            self.force(PACK_MIN_ROWS=sys.maxsize)
+        else:
+            self.force(PACK_MIN_ROWS=1, PACK_MIN_SPAN=0)
         self.a, self.b = _operands(dtype_name, *PACKED_B[shapes])
         self.out = matmul(self.a, self.b)  # warm-up: compiles outside the timings
 

@@ -53,25 +53,29 @@ PAIRS_HERE_MAX = 1 << 22
 # (512 KiB per core on Zen 3, 1 MiB on Zen 4, 2 MiB on the Xeons) while A's rows pass it
 # (the measurements: docs/design.md, "The accumulation order").
 VECTOR_KC = {_F32: 512, _F64: 512}
-# matmul_vector reads B packed in strips (``own.packs_b``, ``own.pack_strips``: a copy of B made
-# once a call and block of K) for products of at least PACK_B_MIN_MNK multiply-adds a matrix
-# with at least PACK_B_MIN_ROWS rows passing each strip, and one B for the whole batch.  Read
-# in place from a B whose rows lie a large power of two apart (a width of 1024 or 2048, or 3072
-# = 3 * 1024), a strip falls into a few sets of the L2 cache, which holds a fraction of it,
-# and each row block fetches the rest again (benchmarks/matmul.py, MatMulPackedB).  AMD Zen 4
-# (avx512f), the two plans interleaved in one process, medians of 11, in place -> packed:
-# float32 on 1 thread 1024^3 21.4 -> 20.8 ms, 1536^3 81.9 -> 74.5, 2048^3 185 -> 165,
-# 512x768x3072 25.5 -> 24.2, 1024x3072x768 46.6 -> 45.9, 1000^3 20.2 -> 19.9; on 2 threads
-# 1024^3 12.4 -> 11.3, 2048^3 106 -> 92, 512x768x3072 15.6 -> 13.9; float64 1024^3 45.9 ->
-# 44.0, 2048^3 433 -> 383.  Below the threshold the copy outweighs the gain: float32 512^3
-# 2.45 / 2.47 ms on 1 thread, 1.35 / 1.38 on 2.
-PACK_B_MIN_MNK = 1 << 29
-PACK_B_MIN_ROWS = 256
-# With B packed, the blocks of K are longer: a packed strip of 1024 rows (256 KiB of the
-# float32 tile's 64 columns) stays in L2 as well, and C is read and written half as often.
-# Zen 4, float32, one process, K blocks of 512 / 1024 (medians of 9): 1024^3 on 1 thread
-# 20.4 / 19.7 and 20.6 / 20.2 ms, on 2 threads 11.8 / 11.0 and 10.7 / 10.5 ms; 2048^3 165.5 /
-# 164.5 ms on 1, 86.4 / 83.1 ms on 2; float64 1024^3 41.2 / 40.3 ms on 1, 23.2 / 21.9 on 2.
+# matmul_vector's tasks copy each strip of B they take into consecutive rows before its row
+# blocks read it (``own.packs_strips``; BLIS's packed panel of B, made by the task that uses it)
+# where at least PACK_MIN_ROWS rows pass each strip and B's rows span at least PACK_MIN_SPAN
+# bytes over a block of K.  Read in place from a B whose rows lie a large power of two apart (a
+# width of 512 or 1024 float32, or 3072 = 3 * 1024), a strip falls into a few sets of the L2
+# cache, which holds a fraction of it, and each row block fetches the rest again from L3
+# (benchmarks/matmul.py, MatMulPackedB).  AMD Zen 3 (avx2 fma), the two plans interleaved in
+# one process, medians of 7 rounds, in place -> copied: float32 128x512x512 1044 -> 828 us on
+# 1 thread; float64 128x512x512 2900 -> 1826 us, 256^3 1026 -> 809 us, 32x1024x1024 4322 ->
+# 3093 us; 1024^3 float32 46.4 -> 25.0 ms, float64 126 -> 49 ms.  Against B copied whole on
+# the calling thread before the product (numpy, where this crossover was PACK_B_MIN_MNK 2^29),
+# medians of 5 rounds: float32 1024^3 26.0 -> 25.0 ms on 1 thread, 14.4 -> 12.7 on 2; float64
+# 1024^3 on 2 threads 32.4 -> 28.1 ms.  Few rows do not repay the copy: float32 16x3072x768
+# 1292 -> 1474 us on 1 thread (fastest of 8 rounds); nor a B that stays in L2: float32
+# 32x256x256 67 -> 83 us (medians of 2 rounds).
+PACK_MIN_ROWS = 32
+PACK_MIN_SPAN = 1 << 19
+# With B's strips copied, the blocks of K are longer: a copied strip of 1024 rows (256 KiB of
+# the float32 tile's 64 columns) stays in L2 as well, and C is read and written half as often.
+# Zen 4, float32, B packed whole, one process, K blocks of 512 / 1024 (medians of 9): 1024^3
+# on 1 thread 20.4 / 19.7 and 20.6 / 20.2 ms, on 2 threads 11.8 / 11.0 and 10.7 / 10.5 ms;
+# 2048^3 165.5 / 164.5 ms on 1, 86.4 / 83.1 ms on 2; float64 1024^3 41.2 / 40.3 ms on 1, 23.2 /
+# 21.9 on 2.
 # (B read in place keeps VECTOR_KC: 16x3072x768 1.30 / 1.42 ms, 256x4096x256 5.6 / 5.9 ms on
 # 1 thread.)
 PACKED_KC = {_F32: 1024, _F64: 1024}

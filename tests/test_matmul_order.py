@@ -153,17 +153,18 @@ def test_four_row_groups_where_six_rows_leave_a_thread_idle(paths, monkeypatch, 
 @pytest.mark.parametrize("place", ["here", "pool"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, place):
-    """Products that read B packed in strips (``own.packs_b``), with K whole and in blocks, a
-    shifted last strip, rows in groups, 2-D and with B broadcast over a batch, on the calling
-    thread and on the pool, are the chain."""
-    monkeypatch.setattr(tuning, "PACK_B_MIN_ROWS", 1)
-    monkeypatch.setattr(tuning, "PACK_B_MIN_MNK", 0)
+    """Products whose tasks copy each strip of B before reading it (``own.packs_strips``),
+    with K whole and in blocks, a shifted last strip, rows in groups, 2-D and with B broadcast
+    over a batch, B's rows reversed or apart, on the calling thread and on the pool, are the
+    chain."""
+    monkeypatch.setattr(tuning, "PACK_MIN_ROWS", 1)
+    monkeypatch.setattr(tuning, "PACK_MIN_SPAN", 0)
     if place == "pool":
         monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)
     rng = np.random.default_rng(17)
     shapes = [((40, 24), (24, 70)), ((21, 33), (33, 32)), ((3, 18, 17), (17, 40))]
     for a, b, (m, k, n) in k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
-        assert own.packs_b(m, m, n, k)
+        assert own.packs_strips(dtype, m, k, n)
         want = matmul_fma_chain(a, b)
         assert_same_values(noo.matmul(a, b), want)
         # B's rows in reverse (a negative row stride) and apart (padded rows)
@@ -172,6 +173,16 @@ def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, 
         for laid in (np.ascontiguousarray(b[..., ::-1, :])[..., ::-1, :], padded):
             assert_same_values(noo.matmul(a, laid), want)
     assert set(paths.places) == {place} and set(paths) == {"matmul_vector"}
+
+
+def test_strips_are_packed_where_b_spans_far():
+    """A strip is copied where enough rows pass it and B's rows, over a block of K, lie far
+    apart: not for a few rows, nor for a B whose block fits near."""
+    far = tuning.PACK_MIN_SPAN // 4 // 64 + 1  # (float32 rows this many elements apart)
+    assert own.packs_strips(F32, tuning.PACK_MIN_ROWS, 64, far)
+    assert not own.packs_strips(F32, tuning.PACK_MIN_ROWS - 1, 64, far)
+    assert not own.packs_strips(F32, tuning.PACK_MIN_ROWS, 64, far // 2)
+    assert own.packs_strips(F32, tuning.PACK_MIN_ROWS, 64, -far)  # (rows in reverse)
 
 
 def placed(b: np.ndarray, offset: int) -> np.ndarray:
@@ -228,20 +239,6 @@ def test_single_rows_keep_their_sums_within_their_scratch(tmp_path):
     """
     env = {"NUMBA_BOUNDSCHECK": "1", "NUMBA_CACHE_DIR": str(tmp_path)}
     assert run_python(code, os.path.dirname(__file__), env=env).split() == ["ok"]
-
-
-@pytest.mark.parametrize("n", [48, 40])
-def test_packed_strips_layout(n):
-    """Strip s holds its K rows of NR columns one after another, the last one shifted to end
-    at N; read-only where the flat buffer is."""
-    k, nr, rs, origin = 5, 16, n + 3, 7
-    flat = np.arange(origin + k * rs, dtype=np.float32)
-    packed = own.pack_strips(flat, origin, rs, k, n, nr)
-    starts = [min(s * nr, n - nr) for s in range(-(-n // nr))]
-    want = [flat[origin + i * rs + j0 + j] for j0 in starts for i in range(k) for j in range(nr)]
-    assert packed.tolist() == want and packed.flags.writeable
-    flat.setflags(write=False)
-    assert not own.pack_strips(flat, origin, rs, k, n, nr).flags.writeable
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)

@@ -146,3 +146,18 @@ def heap_array(typingctx, n, proto):
         return impl_ret_new_ref(context, builder, array_type, array)
 
     return array_type(n, proto), codegen
+
+
+@intrinsic
+def view_as(typingctx, arr, like):
+    """``arr`` (a 1-D C-contiguous array) typed as ``like``, a 1-D C-contiguous array of the
+    same dtype that may differ in being read-only: a scratch buffer the kernel filled, passed
+    where the operand it copies goes, so that the code that reads them is compiled once."""
+    ok = all(isinstance(x, types.Array) and x.ndim == 1 and x.layout == "C" for x in (arr, like))
+    if not ok or arr.dtype != like.dtype:
+        return None
+
+    def codegen(context, builder, signature, args):
+        return impl_ret_borrowed(context, builder, like, args[0])
+
+    return like(arr, like), codegen

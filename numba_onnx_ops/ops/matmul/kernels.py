@@ -34,10 +34,10 @@ from numba.extending import intrinsic
 from ...runtime.convert import narrow, widen
 from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, set_chunksize, spread
-from ...runtime.stack import c_view, heap_array, stack_array
+from ...runtime.stack import c_view, heap_array, stack_array, view_as
 from ...runtime.vectors import PAGE, page_offset, prefetch_rows_for_write
 from ...tuning import PREFETCH_MIN_K
-from .microkernel import call_whole, tile_cols, tile_rows, vector_tile
+from .microkernel import call_whole, copy_strip, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -363,7 +363,7 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, on
 
 
 @kernel(parallel=True)
-def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile, b_ss):
+def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile, pack):
     """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel,
     or with ``onto`` out[b] continued by A[b] @ B[b]: each element's chain of fused
     multiply-adds over k, in order, goes on from the sum in ``out`` (so K in blocks, one call
@@ -376,9 +376,10 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     (continued twice, it would count twice).  The last row block re-reads row M-1 and stores
     only the rows that exist.
 
-    ``b_ss`` 0 reads B in place.  Otherwise B comes packed in strips (``own.pack_strips``):
-    strip s of batch entry b is its K rows of NR columns one after another from ``b_off[b] + s
-    * b_ss``, ``b_rs`` = NR apart, the last strip shifted as above.  The sums are the same.
+    With ``pack`` nonzero each task copies the strip of an item, K rows of NR columns, into
+    consecutive rows of a buffer of its own before the row blocks read it there
+    (``own.packs_strips``): BLIS's packed B panel, made where it is used, in parallel.  Else
+    the row blocks read B in place.  The sums are the same.
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -396,6 +397,8 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
+        strip = heap_array(K * NR if pack else 0, b)
+        packed = view_as(strip, b)  # (B's type: the row blocks' code compiled once)
         # (batch entry, strip) advance as counters: no division per item
         first = t * per
         bi = first // nstrips
@@ -404,14 +407,19 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
             j0 = min(s * NR, N - NR)
             skip = s * NR - j0 if onto else 0
             ao = a_off[bi]
-            bo = b_off[bi] + (s * b_ss if b_ss else j0)
+            bo = b_off[bi] + j0
+            rs = b_rs
+            src = b
+            if pack:
+                copy_strip(strip, b, bo, b_rs, K, tile)
+                src, bo, rs = packed, 0, NR
             co = bi * M * N + j0
             for i0 in range(0, M, MR):
                 if K >= PREFETCH_MIN_K:  # the next block's C rows
                     ahead = min(MR, M - i0 - MR)
                     prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
                 _vector_block(
-                    a, ao + i0 * a_rs, a_rs, a_cs, b, bo, b_rs, flat, co + i0 * N, N, K,
+                    a, ao + i0 * a_rs, a_rs, a_cs, src, bo, rs, flat, co + i0 * N, N, K,
                     min(MR, M - i0), tile, onto, skip,
                 )  # fmt: skip
             s += 1

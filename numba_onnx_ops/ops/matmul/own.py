@@ -104,11 +104,9 @@ def plan(a, b, batch, m, n, k):
             rows = m
             chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
         mats = nbatch * groups
-        # (one B for the whole batch: packed once a call)
-        pack = packs_b(rows, m, n, k) and bool((b_off == b_off[0]).all())
+        pack = packs_strips(a.dtype, rows, k, b_rs)
         if pack:
             kc = k_block(a.dtype, k, packed=True)
-            at_zero = np.zeros(mats, np.int64)  # (the packed B's offsets)
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
             kk = min(kc, k - k0)
@@ -116,12 +114,8 @@ def plan(a, b, batch, m, n, k):
 
             def args(ab, bb, t, a_at=a_at, b_at=b_at, kk=kk, onto=k0 > 0):
                 out = t.reshape(mats, rows, n)
-                if pack:
-                    bp = pack_strips(bb, int(b_at[0]), b_rs, kk, n, nr)
-                    return (ab, a_at, a_rs, a_cs, bp, at_zero, nr, out, rows, n, kk, onto,
-                            chunks, tile, kk * nr)  # fmt: skip
                 return (ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, rows, n, kk, onto, chunks,
-                        tile, 0)  # fmt: skip
+                        tile, pack)  # fmt: skip
 
             work = nbatch * m * n * kk
             steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
@@ -196,30 +190,16 @@ def grouped_tile(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, tile: tu
     return tile_shape(4, nv, len(tile) - mr - nv), fewer
 
 
-def pack_strips(b: np.ndarray, origin: int, b_rs: int, k: int, n: int, nr: int) -> np.ndarray:
-    """The K x N matrix at ``b[origin + i * b_rs + j]`` in ``matmul_vector``'s packed strips:
-    strip s holds its K rows of ``nr`` columns one after another from ``s * k * nr``, columns
-    ``s * nr`` on, the last strip shifted to end at N.  Flat, and read-only where ``b`` is: the
-    kernel's argument of the same type either way (one compiled copy)."""
-    rows = np.lib.stride_tricks.as_strided(
-        b[origin:], shape=(k, n), strides=(b_rs * b.itemsize, b.itemsize), writeable=False
-    )
-    full, nstrips = n // nr, -(-n // nr)
-    packed = np.empty((nstrips, k, nr), b.dtype)
-    packed[:full] = rows[:, : full * nr].reshape(k, full, nr).transpose(1, 0, 2)
-    if full < nstrips:
-        packed[full] = rows[:, n - nr :]
-    packed = packed.reshape(-1)
-    if not b.flags.writeable:
-        packed.setflags(write=False)
-    return packed
-
-
-def packs_b(rows: int, m: int, n: int, k: int) -> bool:
-    """Whether ``matmul_vector`` reads B packed in strips (``pack_strips``, once a call and
-    block of K), rather than in place: for products of at least ``tuning.PACK_B_MIN_MNK``
-    multiply-adds a matrix, with at least ``PACK_B_MIN_ROWS`` rows passing each strip."""
-    return rows >= tuning.PACK_B_MIN_ROWS and m * n * k >= tuning.PACK_B_MIN_MNK
+def packs_strips(dtype: np.dtype, rows: int, k: int, b_rs: int) -> int:
+    """Whether ``matmul_vector``'s tasks copy each strip of B they take into consecutive rows
+    before its row blocks read it (1) or read it in place (0): with at least
+    ``tuning.PACK_MIN_ROWS`` rows passing each strip, where B's rows, read in place, span at
+    least ``PACK_MIN_SPAN`` bytes over a block of K (``k_block``'s, with the strips packed).
+    Read in place from rows that far apart, a strip falls into few sets of L2 when the row
+    stride is a large power of two, and each row block fetches it again from L3.  The same
+    sums: the copy changes where B is read, not what."""
+    span = k_block(dtype, k, packed=True) * abs(b_rs) * dtype.itemsize
+    return int(rows >= tuning.PACK_MIN_ROWS and span >= tuning.PACK_MIN_SPAN)
 
 
 def _tile_rows(tile: tuple) -> int:
@@ -237,10 +217,10 @@ def takes_floats(dtype: np.dtype) -> bool:
 
 
 def k_block(dtype: np.dtype, k: int, packed: bool = False) -> int:
-    """The micro-kernel's block of k: all of K up to ``tuning.VECTOR_KC`` (with B packed in
-    strips, ``PACKED_KC``), else even blocks of at most that, one ``matmul_vector`` call each
-    (the sums continued from C), so that a strip of B (``kc`` rows of the tile's width) stays
-    in L2 while the row blocks pass."""
+    """The micro-kernel's block of k: all of K up to ``tuning.VECTOR_KC`` (with B's strips
+    packed, ``packs_strips``, ``PACKED_KC``), else even blocks of at most that, one
+    ``matmul_vector`` call each (the sums continued from C), so that a strip of B (``kc`` rows
+    of the tile's width) stays in L2 while the row blocks pass."""
     limits = tuning.PACKED_KC if packed else tuning.VECTOR_KC
     most = limits[dtype] if dtype in limits else k
     return -(-k // -(-k // most))
