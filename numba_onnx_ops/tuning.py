@@ -70,6 +70,17 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # 32x256x256 67 -> 83 us (medians of 2 rounds).
 PACK_MIN_ROWS = 32
 PACK_MIN_SPAN = 1 << 19
+# A task copies the strips of its items in groups of up to PACK_PANEL bytes (in L2 while their
+# row blocks pass), PACK_ROWS rows of each strip of the group in turn: each row of B is then
+# read along the group's columns.  Strip by strip, B's rows a page apart (1024 float32) cost a
+# TLB miss for every 64 bytes copied.  Zen 3, the plans interleaved in one process, medians of
+# 5 rounds, groups of 64 / 256 / 512 KiB: float32 32x1024x1024 1232 / 1027 / 1034 us on 1
+# thread, 716 / 559 / 547 on 2; 128x768x3072 7875 / 7510 / 7501 on 1; float64 32x1024x1024
+# 2710 / 2245 / 2181 on 1, 1205 / 1045 / 1061 on 2.  PACK_ROWS 4 / 16 / 64 (a process each,
+# two each): float32 32x1024x1024 962-993 / 1037-1129 / 1196-1222 us, 128x768x3072 7436-10112 /
+# 7333-7349 / 7877-7957 us, float64 32x1024x1024 2123-3252 / 2076-2403 / 2240-2360 us.
+PACK_PANEL = 1 << 18
+PACK_ROWS = 16  # (a compile-time constant of the kernel)
 # With B's strips copied, the blocks of K are longer: a copied strip of 1024 rows (256 KiB of
 # the float32 tile's 64 columns) stays in L2 as well, and C is read and written half as often.
 # Zen 4, float32, B packed whole, one process, K blocks of 512 / 1024 (medians of 9): 1024^3

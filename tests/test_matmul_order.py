@@ -150,19 +150,22 @@ def test_four_row_groups_where_six_rows_leave_a_thread_idle(paths, monkeypatch, 
     assert set(paths.places) == {"pool"} and set(paths) == {"matmul_vector"}
 
 
+@pytest.mark.parametrize("panel", ["one strip", "strips"])
 @pytest.mark.parametrize("place", ["here", "pool"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, place):
+def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, place, panel):
     """Products whose tasks copy each strip of B before reading it (``own.packs_strips``),
-    with K whole and in blocks, a shifted last strip, rows in groups, 2-D and with B broadcast
-    over a batch, B's rows reversed or apart, on the calling thread and on the pool, are the
-    chain."""
+    one strip at a time or several (a task's group of strips, whose batch entries may differ,
+    the last group short), with K whole and in blocks, a shifted last strip, rows in groups
+    and in blocks of four or six, 2-D, batched and with B broadcast over a batch, B's rows
+    reversed or apart, on the calling thread and on the pool, are the chain."""
     monkeypatch.setattr(tuning, "PACK_MIN_ROWS", 1)
     monkeypatch.setattr(tuning, "PACK_MIN_SPAN", 0)
-    if place == "pool":
-        monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0)
+    monkeypatch.setattr(tuning, "PACK_PANEL", 1 if panel == "one strip" else 1 << 20)
+    monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0 if place == "pool" else 1 << 40)
     rng = np.random.default_rng(17)
-    shapes = [((40, 24), (24, 70)), ((21, 33), (33, 32)), ((3, 18, 17), (17, 40))]
+    shapes = [((40, 24), (24, 70)), ((21, 33), (33, 32)), ((3, 18, 17), (17, 40)),
+              ((7, 20, 19), (7, 19, 100)), ((5, 3, 12, 9), (9, 130))]  # fmt: skip
     for a, b, (m, k, n) in k_whole_and_in_blocks(monkeypatch, rng, shapes, dtype):
         assert own.packs_strips(dtype, m, k, n)
         want = matmul_fma_chain(a, b)

@@ -36,8 +36,8 @@ from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array, view_as
 from ...runtime.vectors import PAGE, page_offset, prefetch_rows_for_write
-from ...tuning import PREFETCH_MIN_K
-from .microkernel import call_whole, copy_strip, tile_cols, tile_rows, vector_tile
+from ...tuning import PACK_ROWS, PREFETCH_MIN_K
+from .microkernel import call_whole, copy_rows, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -376,9 +376,12 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     (continued twice, it would count twice).  The last row block re-reads row M-1 and stores
     only the rows that exist.
 
-    With ``pack`` nonzero each task copies the strip of an item, K rows of NR columns, into
-    consecutive rows of a buffer of its own before the row blocks read it there
-    (``own.packs_strips``): BLIS's packed B panel, made where it is used, in parallel.  Else
+    With ``pack`` nonzero each task takes its items in groups of ``pack`` and copies the
+    group's strips, K rows of NR columns each, into consecutive rows of a panel of its own
+    before the row blocks read them there (``own.packs_strips``): BLIS's packed panel of B,
+    made where it is used, in parallel.  The copy walks ``PACK_ROWS`` rows of every strip of
+    the group in turn, so each row of B it reaches is read along the group's columns, not one
+    strip's (B's rows a page apart cost a TLB miss each time one is read).  With ``pack`` 0
     the row blocks read B in place.  The sums are the same.
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
@@ -397,35 +400,46 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     caller = call_state()
     for t in prange(chunks):
         spread(caller)
-        strip = heap_array(K * NR if pack else 0, b)
-        packed = view_as(strip, b)  # (B's type: the row blocks' code compiled once)
+        panel = heap_array(K * NR * pack, b)
+        packed = view_as(panel, b)  # (B's type: the row blocks' code compiled once)
         # (batch entry, strip) advance as counters: no division per item
         first = t * per
+        last = min(items, first + per)
         bi = first // nstrips
         s = first - bi * nstrips
-        for _ in range(first, min(items, first + per)):
-            j0 = min(s * NR, N - NR)
-            skip = s * NR - j0 if onto else 0
-            ao = a_off[bi]
-            bo = b_off[bi] + j0
-            rs = b_rs
-            src = b
-            if pack:
-                copy_strip(strip, b, bo, b_rs, K, tile)
-                src, bo, rs = packed, 0, NR
-            co = bi * M * N + j0
-            for i0 in range(0, M, MR):
-                if K >= PREFETCH_MIN_K:  # the next block's C rows
-                    ahead = min(MR, M - i0 - MR)
-                    prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
-                _vector_block(
-                    a, ao + i0 * a_rs, a_rs, a_cs, src, bo, rs, flat, co + i0 * N, N, K,
-                    min(MR, M - i0), tile, onto, skip,
-                )  # fmt: skip
-            s += 1
-            if s == nstrips:
-                s = 0
-                bi += 1
+        for g in range(first, last, max(pack, 1)):
+            if pack:  # the group's strips, PACK_ROWS rows of each in turn
+                for k0 in range(0, K, PACK_ROWS):
+                    kn = min(PACK_ROWS, K - k0)
+                    gb, gs = bi, s
+                    for q in range(min(pack, last - g)):
+                        j0 = min(gs * NR, N - NR)
+                        at = b_off[gb] + j0 + k0 * b_rs
+                        copy_rows(panel, (q * K + k0) * NR, b, at, b_rs, kn, tile)
+                        gs += 1
+                        if gs == nstrips:
+                            gs = 0
+                            gb += 1
+            for q in range(min(max(pack, 1), last - g)):
+                j0 = min(s * NR, N - NR)
+                skip = s * NR - j0 if onto else 0
+                ao = a_off[bi]
+                src, bo, rs = b, b_off[bi] + j0, b_rs
+                if pack:
+                    src, bo, rs = packed, q * K * NR, NR
+                co = bi * M * N + j0
+                for i0 in range(0, M, MR):
+                    if K >= PREFETCH_MIN_K:  # the next block's C rows
+                        ahead = min(MR, M - i0 - MR)
+                        prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
+                    _vector_block(
+                        a, ao + i0 * a_rs, a_rs, a_cs, src, bo, rs, flat, co + i0 * N, N, K,
+                        min(MR, M - i0), tile, onto, skip,
+                    )  # fmt: skip
+                s += 1
+                if s == nstrips:
+                    s = 0
+                    bi += 1
     set_chunksize(saved)
 
 

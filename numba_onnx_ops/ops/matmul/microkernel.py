@@ -292,25 +292,28 @@ def vector_tile(typingctx, a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows,
 
 
 @intrinsic
-def copy_strip(typingctx, dst, src, origin, stride, K, tile):
-    """``dst[k * NR + j] = src[origin + k * stride + j]`` for k < ``K``, j < NR (the tile's
-    columns): a strip of B copied to consecutive rows, one vector load and store a row (the
-    plain loop stays scalar: LLVM cannot rule out that ``dst`` and ``src`` overlap)."""
+def copy_rows(typingctx, dst, at, src, origin, stride, K, tile):
+    """``dst[at + k * NR + j] = src[origin + k * stride + j]`` for k < ``K``, j < NR (the
+    tile's columns): ``K`` rows of a strip of B copied to consecutive rows, one vector load and
+    store a row (the plain loop stays scalar: LLVM cannot rule out that ``dst`` and ``src``
+    overlap)."""
     dims = _tile_dims(tile)
     if dims is None or not all(isinstance(x, types.Array) and x.ndim == 1 for x in (dst, src)):
         return None
-    if dst.dtype != src.dtype or not all(isinstance(x, types.Integer) for x in (origin, stride, K)):
+    ints = (at, origin, stride, K)
+    if dst.dtype != src.dtype or not all(isinstance(x, types.Integer) for x in ints):
         return None
     nr = dims[1] * dims[2]
-    sig = types.void(dst, src, origin, stride, K, tile)
+    sig = types.void(dst, at, src, origin, stride, K, tile)
 
     def codegen(context, builder, signature, args):
         i64 = ir.IntType(64)
         argtys = signature.args
         dp = context.make_array(argtys[0])(context, builder, args[0]).data
-        sp = context.make_array(argtys[1])(context, builder, args[1]).data
-        origin_, stride_, k_ = (context.cast(builder, args[i], argtys[i], types.int64)
-                                for i in (2, 3, 4))  # fmt: skip
+        sp = context.make_array(argtys[2])(context, builder, args[2]).data
+        at_, origin_, stride_, k_ = (
+            context.cast(builder, args[i], argtys[i], types.int64) for i in (1, 3, 4, 5)
+        )
         vt = ir.VectorType(context.get_value_type(dst.dtype), nr)
         align = context.get_abi_alignment(vt.element)
         entry = builder.block
@@ -320,9 +323,9 @@ def copy_strip(typingctx, dst, src, origin, stride, K, tile):
         builder.position_at_end(loop)
         k = builder.phi(i64)
         k.add_incoming(ir.Constant(i64, 0), entry)
-        at = builder.add(origin_, builder.mul(k, stride_))
-        row = builder.load(builder.bitcast(builder.gep(sp, [at]), vt.as_pointer()), align=align)
-        to = builder.gep(dp, [builder.mul(k, ir.Constant(i64, nr))])
+        from_ = builder.gep(sp, [builder.add(origin_, builder.mul(k, stride_))])
+        row = builder.load(builder.bitcast(from_, vt.as_pointer()), align=align)
+        to = builder.gep(dp, [builder.add(at_, builder.mul(k, ir.Constant(i64, nr)))])
         builder.store(row, builder.bitcast(to, vt.as_pointer()), align=align)
         k1 = builder.add(k, ir.Constant(i64, 1))
         k.add_incoming(k1, loop)

@@ -104,9 +104,12 @@ def plan(a, b, batch, m, n, k):
             rows = m
             chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
         mats = nbatch * groups
-        pack = packs_strips(a.dtype, rows, k, b_rs)
-        if pack:
+        pack = 0  # (strips a task copies at a time; none: B read in place)
+        if packs_strips(a.dtype, rows, k, b_rs):
             kc = k_block(a.dtype, k, packed=True)
+            per = -(-mats * -(-n // nr) // chunks)  # (items a task)
+            pack = max(1, min(per, tuning.PACK_PANEL // (kc * nr * a.dtype.itemsize)))
+            tile = fitted_tile(rows, tile)
         steps = []
         for k0 in range(0, k, kc):  # (one block of all of K, but for long K)
             kk = min(kc, k - k0)
@@ -190,16 +193,32 @@ def grouped_tile(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, tile: tu
     return tile_shape(4, nv, len(tile) - mr - nv), fewer
 
 
-def packs_strips(dtype: np.dtype, rows: int, k: int, b_rs: int) -> int:
-    """Whether ``matmul_vector``'s tasks copy each strip of B they take into consecutive rows
-    before its row blocks read it (1) or read it in place (0): with at least
-    ``tuning.PACK_MIN_ROWS`` rows passing each strip, where B's rows, read in place, span at
-    least ``PACK_MIN_SPAN`` bytes over a block of K (``k_block``'s, with the strips packed).
-    Read in place from rows that far apart, a strip falls into few sets of L2 when the row
-    stride is a large power of two, and each row block fetches it again from L3.  The same
-    sums: the copy changes where B is read, not what."""
+def fitted_tile(rows: int, tile: tuple) -> tuple:
+    """``tile``, or on AVX2 (six rows of 32-byte vectors) the tile of four rows by the same
+    vectors for B's strips packed (``packs_strips``) where ``rows`` (those passing each strip)
+    is a multiple of four but not of six: no row block then computes rows that do not exist
+    (128 rows take 22 blocks of six, the last with four rows to spare, or 32 of four).  Read
+    from a packed strip in L1, four-row blocks keep the FMA units as busy as six.  Same sums:
+    the tile does not change any element's chain."""
+    mr = _tile_rows(tile)
+    nv = sum(1 for t in tile if type(t) is float)
+    lanes = len(tile) - mr - nv
+    if mr != 6 or vector_bits() != 256 or rows % 4 or rows % 6 == 0:
+        return tile
+    return tile_shape(4, nv, lanes)
+
+
+def packs_strips(dtype: np.dtype, rows: int, k: int, b_rs: int) -> bool:
+    """Whether ``matmul_vector``'s tasks copy the strips of B they take into consecutive rows
+    before the row blocks read them: with at least ``tuning.PACK_MIN_ROWS`` rows passing each
+    strip, where B's rows, read in place, span at least ``PACK_MIN_SPAN`` bytes over a block
+    of K (``k_block``'s, with the strips packed).  Read in place from rows that far apart, a
+    strip falls into few sets of L2 when the row stride is a large power of two, and each
+    row block fetches it again from L3 (and with rows a page apart, each row costs a TLB
+    miss).  The plan copies the strips in groups of up to ``tuning.PACK_PANEL`` bytes a task.
+    The same sums: the copy changes where B is read, not what."""
     span = k_block(dtype, k, packed=True) * abs(b_rs) * dtype.itemsize
-    return int(rows >= tuning.PACK_MIN_ROWS and span >= tuning.PACK_MIN_SPAN)
+    return rows >= tuning.PACK_MIN_ROWS and span >= tuning.PACK_MIN_SPAN
 
 
 def _tile_rows(tile: tuple) -> int:
