@@ -17,6 +17,7 @@ import math
 import numba
 import numpy as np
 
+from ...core import plans
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
 from ...runtime import parallel
@@ -121,11 +122,15 @@ def _even(size: int, most: int) -> int:
 
 def _multiply(af, bf, cf, part, onto: bool) -> None:
     """``cf = af @ bf`` in float32, or with ``onto`` ``cf += af @ bf`` continuing each element's
-    chain of fused multiply-adds: on the vector micro-kernel where its tile fits the columns,
-    else numpy's sgemm (partial sums added, through ``part``)."""
+    chain of fused multiply-adds: where the vector micro-kernel's tile fits the columns, by
+    the float32 product's own plan (``_float_plan``; continued, on the micro-kernel with B in
+    place), else numpy's sgemm (partial sums added, through ``part``)."""
     mi, kk = af.shape
     nj = bf.shape[1]
     tile, nr = own.vector_tile(_F32, nj)
+    if tile is not None and not onto:
+        _float_plan(mi, kk, nj)(af, bf, cf)
+        return
     if tile is not None:
         chunks = min(-(-nj // nr), 8 * numba.config.NUMBA_NUM_THREADS)
         parallel.launch(
@@ -142,6 +147,20 @@ def _multiply(af, bf, cf, part, onto: bool) -> None:
 
 
 _ORIGIN = np.zeros(1, np.int64)  # (each panel is one matrix from its first element)
+
+_FLOAT_PLANS = plans.cache()
+
+
+def _float_plan(m: int, k: int, n: int):
+    """The own kernels' plan of a float32 product of C-contiguous M x K by K x N panels into a
+    C-contiguous tile: the float products' choices (B's strips copied where its rows lie far
+    apart, the blocks of K, the row blocks), kept by shape as the entry points keep theirs."""
+    key = (m, k, n)
+    step = _FLOAT_PLANS.get(key)
+    if step is None:
+        af, bf = np.empty((m, k), _F32), np.empty((k, n), _F32)
+        step = plans.keep(_FLOAT_PLANS, key, own.plan(af, bf, (), m, n, k))
+    return step
 
 
 def _panels(scratch: np.ndarray, tile: tuple[int, int, int], mi: int, kk: int, nj: int):
