@@ -59,17 +59,21 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # bytes over a block of K.  Read in place from a B whose rows lie a large power of two apart (a
 # width of 512 or 1024 float32, or 3072 = 3 * 1024), a strip falls into a few sets of the L2
 # cache, which holds a fraction of it, and each row block fetches the rest again from L3
-# (benchmarks/matmul.py, MatMulPackedB).  AMD Zen 3 (avx2 fma), the two plans interleaved in
-# one process, medians of 7 rounds, in place -> copied: float32 128x512x512 1044 -> 828 us on
-# 1 thread; float64 128x512x512 2900 -> 1826 us, 256^3 1026 -> 809 us, 32x1024x1024 4322 ->
-# 3093 us; 1024^3 float32 46.4 -> 25.0 ms, float64 126 -> 49 ms.  Against B copied whole on
-# the calling thread before the product (numpy, where this crossover was PACK_B_MIN_MNK 2^29),
-# medians of 5 rounds: float32 1024^3 26.0 -> 25.0 ms on 1 thread, 14.4 -> 12.7 on 2; float64
-# 1024^3 on 2 threads 32.4 -> 28.1 ms.  Few rows do not repay the copy: float32 16x3072x768
-# 1292 -> 1474 us on 1 thread (fastest of 8 rounds); nor a B that stays in L2: float32
-# 32x256x256 67 -> 83 us (medians of 2 rounds).
+# (benchmarks/matmul.py, MatMulPackedB); read from the copy in L1, AVX2's four-row blocks
+# (``own.fitted_tile``) keep the FMA units busy where they starve on a strip in place.  AMD Zen
+# 3 (avx2 fma), the plans interleaved in one process, a pause after each contender, medians of
+# 5 rounds, in place -> copied: float32 128x512x512 1016 -> 772 us on 1 thread, 517 -> 405 on
+# 2; 32x1024x1024 1441 -> 1030 us, 738 -> 499; float64 128x512x512 2808 -> 1666 us, 1537 ->
+# 867; 256^3 1005 -> 788 us.  B spanning 256 KiB (512 KiB -> no bound): float32 256^3 403 ->
+# 378 us on 1 thread, 207 -> 196 on 2; 32x256x256 68 -> 59 us; 8 x 256^3 by 8 x 256^3
+# broadcast 27.5 -> 26.7 ms, 15.5 -> 12.2 on 2.  B spanning 32 KiB: float32 64 x 128x64 by 64
+# x 64x128, 1872 -> 2103 us on 1 thread (956 -> 910 on 2).  Against all of B copied on the
+# calling thread by numpy before the product (this crossover was 2^29 multiply-adds a matrix
+# then): float32 1024^3 26.0 -> 25.0 ms on 1 thread, 14.4 -> 12.7 on 2; float64 1024^3 on 2
+# threads 32.4 -> 28.1 ms.  Few rows do not repay the copy: float32 16x3072x768 1292 -> 1474 us
+# on 1 thread (fastest of 8 rounds).
 PACK_MIN_ROWS = 32
-PACK_MIN_SPAN = 1 << 19
+PACK_MIN_SPAN = 1 << 17
 # A task copies the strips of its items in groups of up to PACK_PANEL bytes (in L2 while their
 # row blocks pass), PACK_ROWS rows of each strip of the group in turn: each row of B is then
 # read along the group's columns.  Strip by strip, B's rows a page apart (1024 float32) cost a
