@@ -85,14 +85,6 @@ PACK_MIN_SPAN = 1 << 17
 # 7333-7349 / 7877-7957 us, float64 32x1024x1024 2123-3252 / 2076-2403 / 2240-2360 us.
 PACK_PANEL = 1 << 18
 PACK_ROWS = 16  # (a compile-time constant of the kernel)
-# A task with a group of copied strips passes its rows over them in panels of A of at most
-# PANEL_A_BYTES (all of K; a compile-time constant of the kernel), each panel over every strip
-# of the group: a panel of A is then read from L3 once a group, not once a strip, and stays in
-# L2 beside the group's strips.  Zen 3, 1 thread, a process each, two each, panels of 128 KiB /
-# unbounded: float32 1024^3 22.9-23.1 / 23.2-23.6 ms, 2048^3 186-187 / 188-192 ms, 128x512x512
-# 752-767 / 778-796 us, 256^3 378-388 / 380-403 us; float64 1024^3 47.3-47.6 / 48.3-48.5 ms
-# (256 KiB: in between or slower).
-PANEL_A_BYTES = 1 << 17
 # With B's strips copied, the blocks of K are longer: a copied strip of 1024 rows (256 KiB of
 # the float32 tile's 64 columns) stays in L2 as well, and C is read and written half as often.
 # Zen 4, float32, B packed whole, one process, K blocks of 512 / 1024 (medians of 9): 1024^3

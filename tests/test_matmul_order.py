@@ -181,24 +181,22 @@ def test_packed_strips_of_b_are_the_fma_chain(paths, width, monkeypatch, dtype, 
 
 @pytest.mark.parametrize("place", ["here", "pool"])
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
-def test_rows_in_panels_over_a_group_of_strips_are_the_fma_chain(paths, width, monkeypatch,
-                                                                 dtype, place):  # fmt: skip
-    """Copied strips in groups whose rows pass in panels of ``tuning.PANEL_A_BYTES`` of A
-    (K long enough that a panel holds fewer rows than M: the last panel short, a task's group
-    crossing batch entries) are the chain."""
+def test_long_k_over_a_group_of_strips_is_the_fma_chain(paths, width, monkeypatch, dtype,
+                                                        place):  # fmt: skip
+    """Copied strips in groups, with K of 512-1024 whole (the copy in several runs of
+    ``tuning.PACK_ROWS`` rows) and a task's group crossing batch entries, are the chain."""
     monkeypatch.setattr(tuning, "PACK_MIN_ROWS", 1)
     monkeypatch.setattr(tuning, "PACK_MIN_SPAN", 0)
     monkeypatch.setattr(tuning, "PACK_PANEL", 1 << 20)
     monkeypatch.setattr(tuning, "MATMUL_HERE_MAX", 0 if place == "pool" else 1 << 40)
-    a, b, want = _panels_case(dtype)
-    assert tuning.PANEL_A_BYTES // (a.shape[-1] * dtype.itemsize) < a.shape[-2]
+    a, b, want = _long_k_case(dtype)
     assert_same_values(noo.matmul(a, b), want)
     assert set(paths.places) == {place} and set(paths) == {"matmul_vector"}
 
 
 @functools.cache
-def _panels_case(dtype):
-    """(A, B, the chain) of the panels' test, once a process (float64's oracle is exact)."""
+def _long_k_case(dtype):
+    """(A, B, the chain) of the long-K test, once a process (float64's oracle is exact)."""
     k, m = (1024, 70) if dtype == F32 else (512, 34)
     rng = np.random.default_rng(23)
     a, b = values(rng, (6, m, k), dtype), values(rng, (k, 20), dtype)

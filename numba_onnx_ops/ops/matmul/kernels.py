@@ -36,7 +36,7 @@ from ...runtime.jit import helper, helper_overload, kernel
 from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array, view_as
 from ...runtime.vectors import PAGE, page_offset, prefetch_rows_for_write
-from ...tuning import PACK_ROWS, PANEL_A_BYTES, PREFETCH_MIN_K
+from ...tuning import PACK_ROWS, PREFETCH_MIN_K
 from .microkernel import call_whole, copy_rows, tile_cols, tile_rows, vector_tile
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
@@ -381,10 +381,8 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     before the row blocks read them there (``own.packs_strips``): BLIS's packed panel of B,
     made where it is used, in parallel.  The copy walks ``PACK_ROWS`` rows of every strip of
     the group in turn, so each row of B it reaches is read along the group's columns, not one
-    strip's (B's rows a page apart cost a TLB miss each time one is read).  The rows then pass
-    in panels of at most ``PANEL_A_BYTES`` of A, each over every strip of the group.  With
-    ``pack`` 0 the row blocks read B in place, all the rows over one strip.  The sums are the
-    same.
+    strip's (B's rows a page apart cost a TLB miss each time one is read).  With ``pack`` 0
+    the row blocks read B in place.  The sums are the same.
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -398,7 +396,6 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
     nstrips = (N + NR - 1) // NR
     items = out.shape[0] * nstrips
     per = (items + chunks - 1) // chunks
-    panel_rows = PANEL_A_BYTES // (K * a.itemsize) if a_cs == 1 else M
     saved = set_chunksize(1)  # tasks balanced as they run (see schedule.py)
     caller = call_state()
     for t in prange(chunks):
@@ -423,35 +420,26 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
                         if gs == nstrips:
                             gs = 0
                             gb += 1
-            count = min(max(pack, 1), last - g)
-            # With a group of strips, the rows in panels of ``rows_at_once``, each passing
-            # every strip of the group: a panel of A is read from L3 once a group, not once a
-            # strip.  (B in place: one strip, all the rows.)
-            rows_at_once = M if count == 1 else max(MR, panel_rows // MR * MR)
-            for p0 in range(0, M, rows_at_once):
-                p1 = min(M, p0 + rows_at_once)
-                pb, ps = bi, s
-                for q in range(count):
-                    j0 = min(ps * NR, N - NR)
-                    skip = ps * NR - j0 if onto else 0
-                    ao = a_off[pb]
-                    src, bo, rs = b, b_off[pb] + j0, b_rs
-                    if pack:
-                        src, bo, rs = packed, q * K * NR, NR
-                    co = pb * M * N + j0
-                    for i0 in range(p0, p1, MR):
-                        if K >= PREFETCH_MIN_K:  # the next block's C rows
-                            ahead = min(MR, p1 - i0 - MR)
-                            prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
-                        _vector_block(
-                            a, ao + i0 * a_rs, a_rs, a_cs, src, bo, rs, flat, co + i0 * N, N,
-                            K, min(MR, p1 - i0), tile, onto, skip,
-                        )  # fmt: skip
-                    ps += 1
-                    if ps == nstrips:
-                        ps = 0
-                        pb += 1
-            bi, s = pb, ps
+            for q in range(min(max(pack, 1), last - g)):
+                j0 = min(s * NR, N - NR)
+                skip = s * NR - j0 if onto else 0
+                ao = a_off[bi]
+                src, bo, rs = b, b_off[bi] + j0, b_rs
+                if pack:
+                    src, bo, rs = packed, q * K * NR, NR
+                co = bi * M * N + j0
+                for i0 in range(0, M, MR):
+                    if K >= PREFETCH_MIN_K:  # the next block's C rows
+                        ahead = min(MR, M - i0 - MR)
+                        prefetch_rows_for_write(flat, co + (i0 + MR) * N, ahead, N, NR)
+                    _vector_block(
+                        a, ao + i0 * a_rs, a_rs, a_cs, src, bo, rs, flat, co + i0 * N, N, K,
+                        min(MR, M - i0), tile, onto, skip,
+                    )  # fmt: skip
+                s += 1
+                if s == nstrips:
+                    s = 0
+                    bi += 1
     set_chunksize(saved)
 
 
