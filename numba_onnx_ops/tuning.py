@@ -69,9 +69,9 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # broadcast 27.5 -> 26.7 ms, 15.5 -> 12.2 on 2.  B spanning 32 KiB: float32 64 x 128x64 by 64
 # x 64x128, 1872 -> 2103 us on 1 thread (956 -> 910 on 2).  Against all of B copied on the
 # calling thread by numpy before the product (this crossover was 2^29 multiply-adds a matrix
-# then): float32 1024^3 26.0 -> 25.0 ms on 1 thread, 14.4 -> 12.7 on 2; float64 1024^3 on 2
-# threads 32.4 -> 28.1 ms.  Few rows do not repay the copy: float32 16x3072x768 1292 -> 1474 us
-# on 1 thread (fastest of 8 rounds).
+# then), with the strips copied one at a time: float32 1024^3 26.0 -> 25.0 ms on 1 thread,
+# 14.4 -> 12.7 on 2; float64 1024^3 on 2 threads 32.4 -> 28.1 ms.  Few rows do not repay the
+# copy: float32 16x3072x768 1292 -> 1474 us on 1 thread (fastest of 8 rounds).
 PACK_MIN_ROWS = 32
 PACK_MIN_SPAN = 1 << 17
 # A task copies the strips of its items in groups of up to PACK_PANEL bytes (in L2 while their
