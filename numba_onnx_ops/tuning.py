@@ -66,14 +66,17 @@ VECTOR_KC = {_F32: 512, _F64: 512}
 # 2; 32x1024x1024 1441 -> 1030 us, 738 -> 499; float64 128x512x512 2808 -> 1666 us, 1537 ->
 # 867; 256^3 1005 -> 788 us.  B spanning 256 KiB (512 KiB -> no bound): float32 256^3 403 ->
 # 378 us on 1 thread, 207 -> 196 on 2; 32x256x256 68 -> 59 us; 8 x 256^3 by 8 x 256^3
-# broadcast 27.5 -> 26.7 ms, 15.5 -> 12.2 on 2.  B spanning 32 KiB: float32 64 x 128x64 by 64
-# x 64x128, 1872 -> 2103 us on 1 thread (956 -> 910 on 2).  Against all of B copied on the
+# broadcast 27.5 -> 26.7 ms, 15.5 -> 12.2 on 2.  B spanning 32 KiB (128 KiB -> 32 KiB, medians
+# of 9 rounds): float32 64 x 128x64 by 64 x 64x128 2048 -> 1860 us on 1 thread, 1052 -> 957 on
+# 2; 32x128x128 18 -> 15 us on 2 (a first run of 5 rounds had shown the batch slower, 1872 ->
+# 2103 us: the machine's noise).  Below 32 KiB (-> no bound, 7 rounds): float32 512 x 32^3 548
+# -> 583 us on 1 thread, 64^3 10 -> 11 us, the rest unchanged.  Against all of B copied on the
 # calling thread by numpy before the product (this crossover was 2^29 multiply-adds a matrix
 # then), with the strips copied one at a time: float32 1024^3 26.0 -> 25.0 ms on 1 thread,
 # 14.4 -> 12.7 on 2; float64 1024^3 on 2 threads 32.4 -> 28.1 ms.  Few rows do not repay the
 # copy: float32 16x3072x768 1292 -> 1474 us on 1 thread (fastest of 8 rounds).
 PACK_MIN_ROWS = 32
-PACK_MIN_SPAN = 1 << 17
+PACK_MIN_SPAN = 1 << 15
 # A task copies the strips of its items in groups of up to PACK_PANEL bytes (in L2 while their
 # row blocks pass), PACK_ROWS rows of each strip of the group in turn: each row of B is then
 # read along the group's columns.  Strip by strip, B's rows a page apart (1024 float32) cost a
