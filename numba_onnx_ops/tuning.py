@@ -3,10 +3,10 @@ they differ.
 
 The dispatch code reads these (``tuning.NAME``) when it decides a kind of call, and the
 call plans keep the decisions (``core.plans``): a test or an experiment moves a value here,
-then calls ``core.plans.clear()``.  The kernels read ``PREFETCH_MIN_K`` while they compile;
-the numba cache's sources stamp covers this module, so an edit recompiles them.  The
-measurements behind each value are kept with the benchmark that measures it (``benchmarks/``,
-``docs/design.md``).
+then calls ``core.plans.clear()``.  The kernels read ``PREFETCH_MIN_K`` and ``PACK_ROWS``
+while they compile; the numba cache's sources stamp covers this module, so an edit recompiles
+them.  The measurements behind each value are kept with the benchmark that measures it
+(``benchmarks/``, ``docs/design.md``).
 """
 
 from __future__ import annotations

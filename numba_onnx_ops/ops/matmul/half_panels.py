@@ -129,7 +129,7 @@ def _multiply(af, bf, cf, part, onto: bool) -> None:
     nj = bf.shape[1]
     tile, nr = own.vector_tile(_F32, nj)
     if tile is not None and not onto:
-        _float_plan(mi, kk, nj)(af, bf, cf)
+        _float_plan(af, bf)(af, bf, cf)
         return
     if tile is not None:
         chunks = min(-(-nj // nr), 8 * numba.config.NUMBA_NUM_THREADS)
@@ -151,15 +151,15 @@ _ORIGIN = np.zeros(1, np.int64)  # (each panel is one matrix from its first elem
 _FLOAT_PLANS = plans.cache()
 
 
-def _float_plan(m: int, k: int, n: int):
-    """The own kernels' plan of a float32 product of C-contiguous M x K by K x N panels into a
-    C-contiguous tile: the float products' choices (B's strips copied where its rows lie far
-    apart, the blocks of K, the row blocks), kept by shape as the entry points keep theirs."""
-    key = (m, k, n)
-    step = _FLOAT_PLANS.get(key)
+def _float_plan(af: np.ndarray, bf: np.ndarray):
+    """The own kernels' plan of the float32 product of the C-contiguous panels ``af`` (M x K)
+    and ``bf`` (K x N) into a C-contiguous tile: the float products' choices (B's strips copied
+    where its rows lie far apart, the blocks of K, the row blocks), kept by shape as the entry
+    points keep theirs (a plan holds no operand)."""
+    (m, k), n = af.shape, bf.shape[1]
+    step = _FLOAT_PLANS.get((m, k, n))
     if step is None:
-        af, bf = np.empty((m, k), _F32), np.empty((k, n), _F32)
-        step = plans.keep(_FLOAT_PLANS, key, own.plan(af, bf, (), m, n, k))
+        step = plans.keep(_FLOAT_PLANS, (m, k, n), own.plan(af, bf, (), m, n, k))
     return step
 
 

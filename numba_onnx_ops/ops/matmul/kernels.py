@@ -408,11 +408,12 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
         bi = first // nstrips
         s = first - bi * nstrips
         for g in range(first, last, max(pack, 1)):
+            count = min(max(pack, 1), last - g)  # (the group's items)
             if pack:  # the group's strips, PACK_ROWS rows of each in turn
                 for k0 in range(0, K, PACK_ROWS):
                     kn = min(PACK_ROWS, K - k0)
                     gb, gs = bi, s
-                    for q in range(min(pack, last - g)):
+                    for q in range(count):
                         j0 = min(gs * NR, N - NR)
                         at = b_off[gb] + j0 + k0 * b_rs
                         copy_rows(panel, (q * K + k0) * NR, b, at, b_rs, kn, tile)
@@ -420,7 +421,7 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
                         if gs == nstrips:
                             gs = 0
                             gb += 1
-            for q in range(min(max(pack, 1), last - g)):
+            for q in range(count):
                 j0 = min(s * NR, N - NR)
                 skip = s * NR - j0 if onto else 0
                 ao = a_off[bi]

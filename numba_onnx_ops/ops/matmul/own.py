@@ -189,8 +189,7 @@ def grouped_tile(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, tile: tu
     fewer = row_groups(dtype, nbatch, m, n, kc, 4, work)
     if fewer == 1:
         return tile, 1
-    nv = sum(1 for t in tile if type(t) is float)
-    return tile_shape(4, nv, len(tile) - mr - nv), fewer
+    return _four_rows(tile), fewer
 
 
 def fitted_tile(rows: int, tile: tuple) -> tuple:
@@ -200,12 +199,9 @@ def fitted_tile(rows: int, tile: tuple) -> tuple:
     (128 rows take 22 blocks of six, the last with four rows to spare, or 32 of four).  Read
     from a packed strip in L1, four-row blocks keep the FMA units as busy as six.  Same sums:
     the tile does not change any element's chain."""
-    mr = _tile_rows(tile)
-    nv = sum(1 for t in tile if type(t) is float)
-    lanes = len(tile) - mr - nv
-    if mr != 6 or vector_bits() != 256 or rows % 4 or rows % 6 == 0:
+    if _tile_rows(tile) != 6 or vector_bits() != 256 or rows % 4 or rows % 6 == 0:
         return tile
-    return tile_shape(4, nv, lanes)
+    return _four_rows(tile)
 
 
 def packs_strips(dtype: np.dtype, rows: int, k: int, b_rs: int) -> bool:
@@ -224,6 +220,12 @@ def packs_strips(dtype: np.dtype, rows: int, k: int, b_rs: int) -> bool:
 def _tile_rows(tile: tuple) -> int:
     """MR of a ``vector_tile`` tile argument (``microkernel.tile_shape``: MR ints first)."""
     return sum(1 for t in tile if type(t) is int)
+
+
+def _four_rows(tile: tuple) -> tuple:
+    """The tile argument of four rows by ``tile``'s vectors (NV floats, then W bools)."""
+    nv = sum(1 for t in tile if type(t) is float)
+    return tile_shape(4, nv, len(tile) - _tile_rows(tile) - nv)
 
 
 def takes_floats(dtype: np.dtype) -> bool:
