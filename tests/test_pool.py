@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import threading
 import time
 
 import numba
@@ -140,14 +141,19 @@ def test_a_task_that_raises_raises_in_the_caller(where):
 
 
 def test_workers_sleep_after_their_spin_and_wake_for_a_job():
+    """Every worker goes to sleep once it has spun ``POOL_SPIN_US`` without a job, and wakes for
+    the next.  The wait is long: a worker queued on a CPU that the host does not run (a virtual
+    machine's second vCPU can stall for seconds) counts itself asleep only once it runs."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one thread")
     p = pool.pool()
     _tasks(4, 0)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 120
     while p.ctrl[pool._SLEEPING] != p.workers and time.monotonic() < deadline:
         time.sleep(tuning.POOL_SPIN_US * 4e-6)
-    assert p.ctrl[pool._SLEEPING] == p.workers
+    alive = [t.name for t in threading.enumerate() if t.name.startswith("numba_onnx_ops-")]
+    words = {w: int(p.ctrl[getattr(pool, w)]) for w in ("_GEN", "_ACTIVE", "_SLEEPING")}
+    assert p.ctrl[pool._SLEEPING] == p.workers, f"workers alive: {alive}; control: {words}"
     assert (_tasks(100, 1000) == 1).all()
 
 
