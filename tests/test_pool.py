@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import threading
-import time
 
 import numba
 import numpy as np
@@ -142,19 +140,38 @@ def test_a_task_that_raises_raises_in_the_caller(where):
 
 def test_workers_sleep_after_their_spin_and_wake_for_a_job():
     """Every worker goes to sleep once it has spun ``POOL_SPIN_US`` without a job, and wakes for
-    the next.  The wait is long: a worker queued on a CPU that the host does not run (a virtual
-    machine's second vCPU can stall for seconds) counts itself asleep only once it runs."""
+    the next, which it shares.  In a fresh process, so that the count of sleeping workers is
+    this test's alone.  The wait is long: a worker queued on a CPU that the host does not run
+    (a virtual machine's vCPU can stall for seconds) counts itself asleep only once it runs."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("one thread")
-    p = pool.pool()
-    _tasks(4, 0)
-    deadline = time.monotonic() + 120
-    while p.ctrl[pool._SLEEPING] != p.workers and time.monotonic() < deadline:
-        time.sleep(tuning.POOL_SPIN_US * 4e-6)
-    alive = [t.name for t in threading.enumerate() if t.name.startswith("numba_onnx_ops-")]
-    words = {w: int(p.ctrl[getattr(pool, w)]) for w in ("_GEN", "_ACTIVE", "_SLEEPING")}
-    assert p.ctrl[pool._SLEEPING] == p.workers, f"workers alive: {alive}; control: {words}"
-    assert (_tasks(100, 1000) == 1).all()
+    code = """
+        import sys, time
+        sys.path.insert(0, sys.argv[1])
+        import numpy as np
+        import test_pool
+        from numba_onnx_ops import tuning
+        from numba_onnx_ops.runtime import parallel, pool
+
+        p = pool.pool()
+        assert (test_pool._tasks(4, 0) == 1).all()
+        for job in range(3):
+            deadline = time.monotonic() + 120
+            while p.ctrl[pool._SLEEPING] != p.workers and time.monotonic() < deadline:
+                time.sleep(tuning.POOL_SPIN_US * 4e-6)
+            words = {w: int(p.ctrl[getattr(pool, w)]) for w in ("_GEN", "_ACTIVE", "_SLEEPING")}
+            assert p.ctrl[pool._SLEEPING] == p.workers, f"after job {job}: {words}"
+            seen = np.zeros(3, np.int64)  # (woken, a worker runs one of two tasks that meet)
+            go = parallel.pool_runner(test_pool.meet, (seen, 0))
+            for _ in range(50):
+                seen[:] = 0
+                go(1, seen, 10**8)
+                if (seen == [2, 1, 1]).all():
+                    break
+            assert (seen == [2, 1, 1]).all(), f"no worker woke for job {job}: {seen}"
+        print("ok")
+    """
+    assert run_python(code, os.path.dirname(__file__)).split() == ["ok"]
 
 
 def test_jobs_from_several_threads():
