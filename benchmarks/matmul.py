@@ -181,6 +181,35 @@ class MatMulPackedB(ForcedTuning):
     track_gflops.unit = "GFLOP/s"
 
 
+#: float32 products of few rows (``tuning.FEW_ROWS_MAX``): B streamed from memory (1024 x 1024,
+#: 3072 x 768) or from cache (256 x 256, 512 x 512), rows that fill blocks of four and of six.
+FEW_ROWS = {
+    f"{m}x{k}x{n}": ((m, k), (k, n))
+    for m, k, n in [(2, 1024, 1024), (4, 1024, 1024), (8, 1024, 1024), (12, 1024, 1024),
+                    (16, 1024, 1024), (16, 3072, 768), (8, 256, 256), (16, 512, 512)]
+}  # fmt: skip
+
+
+class MatMulFewRows(ForcedTuning):
+    """float32 products of few rows on the vector micro-kernel, in blocks of six rows by two
+    vectors (``tuning.FEW_ROWS_MAX`` 0) and where it applies (AVX2) of four rows by three
+    (``FEW_ROWS_MAX`` as tuned), side by side."""
+
+    params = (list(FEW_ROWS), ["6x2", "tuned"])
+    param_names = ("shapes", "blocks")
+
+    def setup(self, shapes, blocks):
+        if blocks == "6x2":
+            self.force(FEW_ROWS_MAX=0)
+        else:
+            self.force()
+        self.a, self.b = _operands("float32", *FEW_ROWS[shapes])
+        self.out = matmul(self.a, self.b)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, shapes, blocks):
+        matmul(self.a, self.b)
+
+
 #: Matrix-vector and vector-matrix products: bandwidth-bound, one pass over the matrix.
 VECTOR = {
     "(4096,4096)@(4096,)": ((4096, 4096), (4096,)),
