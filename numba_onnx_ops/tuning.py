@@ -99,14 +99,17 @@ PACK_ROWS = 16  # (a compile-time constant of the kernel)
 PACKED_KC = {_F32: 1024, _F64: 1024}
 # On AVX2, float32 products of at most FEW_ROWS_MAX rows (each matrix's, B read in place) take
 # blocks of 4 rows by 3 vectors (24 columns) instead of 6 by 2 where those compute fewer
-# elements (``own.few_rows_tile``): 2, 3, 4, 8 or 16 rows leave no rows to spare in blocks of
-# four, and the wider strip reads A once for 24 columns.  Zen 3 (avx2 fma), one thread, the
-# kernel alone, medians of 7 rounds, 6x2 / 4x3 (numpy's OpenBLAS): 2x1024x1024 929 / 610 us
-# (541); 4x1024x1024 775 / 631 (575); 8x1024x1024 1452 / 848 (741); 16x1024x1024 1242 / 1091
-# (997); 8x256x256 77 / 58 (79); 16x512x512 341 / 263 (289); 10 rows, where both compute 12,
-# 926 / 1028.  Float64 gained where B stays in cache (8x256x256 160 / 121 us) and lost where it
-# streams (4x1024x1024 1112 / 1272), so it keeps 6x2.  Beyond 16 rows not measured.
-FEW_ROWS_MAX = 16
+# elements (``own.few_rows_tile``): 2, 3, 4 or 8 rows leave no rows to spare in blocks of four,
+# and the wider strip reads A once for 24 columns.  Zen 3 (avx2 fma), one thread, the kernel
+# alone, medians of 7 rounds, 6x2 / 4x3 (numpy's OpenBLAS): 2x1024x1024 929 / 610 us (541);
+# 4x1024x1024 775 / 631 (575); 8x1024x1024 1452 / 848 (741); 8x256x256 77 / 58 (79).  16 rows
+# were a wash within the machine's noise over B streamed from memory (16x1024x1024 1242 / 1091
+# then 1032 / 1008 us; 16x3072x768 1918 / 1716 then 1897 / 2428, where a strip of 24 columns
+# by 512 rows, 48 KiB, no longer fits L1 for the four blocks that pass it) though they gained
+# over B in cache (16x512x512 341 / 263), so they keep 6x2.  10 rows, 12 computed either way:
+# 926 / 1028.  Float64 gained where B stays in cache (8x256x256 160 / 121 us) and lost where
+# it streams (4x1024x1024 1112 / 1272), so it keeps 6x2.
+FEW_ROWS_MAX = 8
 # matmul_vector's tasks on the pool: groups of rows with all of B's strips (``own.row_groups``)
 # where the batch gives a thread fewer than this many tasks and B's block of K rows fits this
 # many bytes, which stay in each core's L2 (half of AMD Zen 3's, a quarter of Zen 4's); else

@@ -211,8 +211,8 @@ def few_rows_tile(dtype: np.dtype, m: int, n: int, k: int, b_rs: int, tile: tupl
     columns) where its blocks compute fewer elements than ``tile``'s six rows by two vectors:
     rows not a multiple of six (the last block of six computes rows that do not exist), N
     wide enough that the wider strip's overlap does not undo it.  The same 12 accumulators,
-    A read once per 24 columns instead of 16 (the measurements: ``tuning.FEW_ROWS_MAX``).
-    Same sums: the tile does not change any element's chain."""
+    A read once per 24 columns instead of 16 (the measurements, and why not more rows:
+    ``tuning.FEW_ROWS_MAX``).  Same sums: the tile does not change any element's chain."""
     if (
         dtype != _F32
         or vector_bits() != 256
