@@ -215,31 +215,26 @@ def test_strips_are_packed_where_b_spans_far():
     assert own.packs_strips(F32, tuning.PACK_MIN_ROWS, 64, -far)  # (rows in reverse)
 
 
-def test_few_rows_take_four_row_blocks_where_those_compute_less(monkeypatch):
+def test_few_rows_take_four_row_blocks_where_those_compute_less(width, monkeypatch):
     """On AVX2, float32 products of at most ``FEW_ROWS_MAX`` rows with B read in place take
     blocks of four rows by three vectors where those compute fewer elements than six by two:
-    not for rows in sixes, nor float64, nor AVX-512, nor with B's strips copied."""
+    not for rows in sixes, nor float64, nor with B's strips copied; AVX-512 keeps its tiles."""
 
-    def columns(dtype, m, n, b_rs):
+    def columns(dtype, m, n):
         tile, nr = own.vector_tile(dtype, n)
-        return own.few_rows_tile(dtype, m, n, 64, b_rs, tile, nr)[1]
+        return own.few_rows_tile(dtype, m, n, 64, n, tile, nr)[1]
 
-    monkeypatch.setattr(own, "vector_bits", lambda: 256)
-    own.vector_tile.cache_clear()
-    try:
-        for m in (1, 2, 3, 4, 8):
-            assert columns(F32, m, 1024, 1024) == 24
-        for m in (5, 6, tuning.FEW_ROWS_MAX + 1, 16):
-            assert columns(F32, m, 1024, 1024) == 16
-        assert columns(F32, 8, 16, 16) == 16  # (24 columns would compute more than 16)
-        assert columns(F64, 8, 1024, 1024) == 8
-        monkeypatch.setattr(tuning, "PACK_MIN_ROWS", 8)  # (B spans 256 KiB over K = 64)
-        assert columns(F32, 8, 1024, 1024) == 16
-        monkeypatch.setattr(own, "vector_bits", lambda: 512)
-        own.vector_tile.cache_clear()
-        assert columns(F32, 4, 1024, 1024) == own.vector_tile(F32, 1024)[1]
-    finally:
-        own.vector_tile.cache_clear()
+    if width == 512:
+        assert columns(F32, 4, 1024) == own.vector_tile(F32, 1024)[1]
+        return
+    for m in (1, 2, 3, 4, 8):
+        assert columns(F32, m, 1024) == 24
+    for m in (5, 6, tuning.FEW_ROWS_MAX + 1, 16):
+        assert columns(F32, m, 1024) == 16
+    assert columns(F32, 8, 16) == 16  # (24 columns would compute more than 16)
+    assert columns(F64, 8, 1024) == 8
+    monkeypatch.setattr(tuning, "PACK_MIN_ROWS", 8)  # (B spans 256 KiB over K = 64)
+    assert columns(F32, 8, 1024) == 16
 
 
 def placed(b: np.ndarray, offset: int) -> np.ndarray:

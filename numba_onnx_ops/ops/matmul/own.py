@@ -221,7 +221,7 @@ def few_rows_tile(dtype: np.dtype, m: int, n: int, k: int, b_rs: int, tile: tupl
         or packs_strips(dtype, m, k, b_rs)
     ):
         return tile, nr
-    lanes = 32 // dtype.itemsize
+    lanes = _tile_lanes(tile)
     wide = 3 * lanes
     if n < wide:
         return tile, nr
@@ -248,10 +248,19 @@ def _tile_rows(tile: tuple) -> int:
     return sum(1 for t in tile if type(t) is int)
 
 
+def _tile_vectors(tile: tuple) -> int:
+    """NV of a ``vector_tile`` tile argument (its floats, after the MR ints)."""
+    return sum(1 for t in tile if type(t) is float)
+
+
+def _tile_lanes(tile: tuple) -> int:
+    """The elements of one vector of a ``vector_tile`` tile argument (its bools, last)."""
+    return len(tile) - _tile_rows(tile) - _tile_vectors(tile)
+
+
 def _four_rows(tile: tuple) -> tuple:
-    """The tile argument of four rows by ``tile``'s vectors (NV floats, then W bools)."""
-    nv = sum(1 for t in tile if type(t) is float)
-    return tile_shape(4, nv, len(tile) - _tile_rows(tile) - nv)
+    """The tile argument of four rows by ``tile``'s vectors."""
+    return tile_shape(4, _tile_vectors(tile), _tile_lanes(tile))
 
 
 def takes_floats(dtype: np.dtype) -> bool:
