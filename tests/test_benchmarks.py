@@ -804,11 +804,12 @@ def test_torch_results_are_checked_like_every_other_contenders(name, status):
 
 @needs_torch
 def test_torch_tensors_share_the_inputs_memory_bfloat16_through_its_bits():
+    import ml_dtypes
     import torch
 
     from numba_onnx_ops.bench.contenders import _torch_tensor, as_array
 
-    x = np.array([[1.5, -2.0], [3.0, 0.25]], dtype=_bench.cases.BFLOAT16)
+    x = np.array([[1.5, -2.0], [3.0, 0.25]], dtype=ml_dtypes.bfloat16)
     t = _torch_tensor(torch, x)
     assert t.dtype == torch.bfloat16 and t.tolist() == x.astype(np.float32).tolist()
     back = as_array(t)

@@ -58,6 +58,23 @@ def test_version():
     assert done.stdout.strip() == f"numba_onnx_ops {numba_onnx_ops.__version__}"
 
 
+def test_commands_that_run_no_case_leave_ml_dtypes_unimported():
+    # Its import takes about a second: only the cases, which make bfloat16 inputs, need it.
+    code = (
+        "import sys\n"
+        "from numba_onnx_ops.__main__ import main\n"
+        "assert main(['bench', '--list']) == 0\n"
+        "try:\n"
+        "    main(['stream', '--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0\n"
+        "assert 'ml_dtypes' not in sys.modules, 'imported'\n"
+        "print('checked')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+
+
 @pytest.mark.parametrize("command", [[], ["bench"], ["stream"]], ids=["main", "bench", "stream"])
 def test_help_gives_the_exit_statuses(command):
     done = cli(*command, "--help")

@@ -21,15 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-import ml_dtypes
 import numpy as np
 
 from ..runtime.cpu import cpu_features
 
 Shape = tuple[int, ...]
-
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-HALF_TYPES = (np.dtype(np.float16), BFLOAT16)
 
 #: Largest dimension of the ``tiny`` size: enough to reach every code path, too small to time.
 TINY_DIM = 7

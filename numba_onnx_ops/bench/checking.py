@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
-from .cases import BFLOAT16, Case, chain_model
+from ..core.dtypes import is_bfloat16
+from .cases import Case, chain_model
 from .exact import pow_int as _int_pow_reference
 from .exact import ulp_distance as _ulp_distance
 
@@ -107,7 +107,11 @@ def _check_pow(x: np.ndarray, y: np.ndarray, out: np.ndarray, samples: int = 100
 
 
 def _finfo(dtype: np.dtype):
-    return ml_dtypes.finfo(dtype) if dtype == BFLOAT16 else np.finfo(dtype)
+    if is_bfloat16(dtype):
+        import ml_dtypes
+
+        return ml_dtypes.finfo(dtype)
+    return np.finfo(dtype)
 
 
 def _eps(dtype: np.dtype) -> float:

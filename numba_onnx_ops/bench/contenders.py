@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 from .. import matmul, pow
-from .cases import BFLOAT16, EVALUATOR, HALF_TYPES, Case, chain_model
+from ..core.dtypes import bfloat16, is_bfloat16, is_half
+from .cases import EVALUATOR, Case, chain_model
 
 OURS = "numba_onnx_ops"
 NUMPY = "numpy"
@@ -99,7 +100,7 @@ def as_array(out: Any) -> np.ndarray:
     import torch
 
     if out.dtype == torch.bfloat16:
-        return out.view(torch.int16).numpy().view(BFLOAT16)
+        return out.view(torch.int16).numpy().view(bfloat16())
     return out.numpy()
 
 
@@ -168,7 +169,7 @@ def _numpy(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]
 
 
 def _numpy_upcast(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.ndarray]:
-    if a.dtype not in HALF_TYPES:
+    if not is_half(a.dtype):
         raise Unavailable("-")  # only the half types have a float32 detour
     f32 = np.float32
     if case.op == "MatMul":
@@ -233,7 +234,7 @@ def _onnxruntime(case: Case, a: np.ndarray, b: np.ndarray) -> Callable[[], np.nd
 def _torch_tensor(torch, x: np.ndarray):
     """``x`` as a tensor sharing its memory (bfloat16 through its bits: numpy's bfloat16 is
     ml_dtypes', which ``torch.from_numpy`` does not take)."""
-    if x.dtype == BFLOAT16:
+    if is_bfloat16(x.dtype):
         return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(x)
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import ml_dtypes
 import numpy as np
 
 from .. import __version__
@@ -66,7 +65,7 @@ def environment() -> dict[str, Any]:
         "numba_onnx_ops": __version__,
         "numpy": np.__version__,
         "numba": numba.__version__,
-        "ml_dtypes": ml_dtypes.__version__,
+        "ml_dtypes": importlib.metadata.version("ml_dtypes"),
         "onnxruntime": ort_version,
         "torch": torch_version,
         "python": platform.python_version(),
