@@ -21,6 +21,7 @@ pytest.importorskip("onnx")
 
 import onnx  # noqa: E402
 import onnx.backend.test  # noqa: E402
+import onnx_suite  # noqa: E402, F401 - (onnx's node cases without pooling)
 from onnx import helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 

@@ -45,6 +45,7 @@ ort = pytest.importorskip("onnxruntime")
 
 import onnx  # noqa: E402
 import onnx.backend.test  # noqa: E402
+import onnx_suite  # noqa: E402, F401 - (onnx's node cases without pooling)
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from onnx.reference import ReferenceEvaluator  # noqa: E402
 from onnx.reference.op_run import OpRun  # noqa: E402
