@@ -388,17 +388,19 @@ def test_out_any_layout(order, operands, rng):
     [(I32, (2, 24, 24)), (F16, (2, 24, 24)), (F32, (1024, 8, 8)), (F32, (2, 24, 24))],
     ids=["int32-direct", "float16-direct", "float32-small", "float32-blas"],
 )
-@pytest.mark.parametrize("overlap", ["A", "B", "shifted"])
+@pytest.mark.parametrize("overlap", ["A", "B", "shifted", "through a memoryview"])
 def test_out_overlapping_an_input(dtype, shape, overlap, rng):
     # out shares memory with an operand the kernel still reads: the result is the product of
     # the operands as they were before the call
     size = int(np.prod(shape))
     buf = np.zeros(size + shape[-1], dtype)  # "shifted": out starts one row into A
     a = buf[:size].reshape(shape)
+    if overlap == "through a memoryview":  # "shifted", A an array over another object
+        a = np.frombuffer(memoryview(buf), dtype)[:size].reshape(shape)
     a[...] = random_array(rng, shape, dtype)
     b = random_array(rng, shape, dtype)
     a0, b0 = a.copy(), b.copy()
-    out = {"A": a, "B": b, "shifted": buf[shape[-1] :].reshape(shape)}[overlap]
+    out = {"A": a, "B": b}.get(overlap, buf[shape[-1] :].reshape(shape))
     result = noo.matmul(a, b, out=out)
     assert result is out
     assert_matmul_close(out, a0, b0, what=f"out overlapping {overlap}")
