@@ -90,6 +90,40 @@ class MatMulPerCall:
         self.a @ self.b
 
 
+#: A float32 64x64x64 product of operands in place: contiguous, a slice of a wider matrix, the
+#: transpose of a contiguous one (F-contiguous).  A plan decides per layout how to read each
+#: operand's memory, so an operand that is not C-contiguous costs a few microseconds a call, not
+#: a second pass over its layout.
+OPERAND_LAYOUTS = ["C-contiguous", "A a slice", "A transposed", "B a slice"]
+
+
+class MatMulOperandLayout:
+    """A small product whose operands are read in place in other layouts, beside numpy's."""
+
+    params = (OPERAND_LAYOUTS,)
+    param_names = ("layout",)
+
+    def setup(self, layout):
+        rng = np.random.default_rng(0)
+        wide = rng.standard_normal((64, 96)).astype(np.float32)
+        self.a = np.ascontiguousarray(wide[:, :64])
+        self.b = rng.standard_normal((64, 64)).astype(np.float32)
+        if layout == "A a slice":
+            self.a = wide[:, :64]
+        elif layout == "A transposed":
+            self.a = np.ascontiguousarray(self.a.T).T
+        elif layout == "B a slice":
+            self.b = wide[:, 16:80]
+        self.time_matmul(layout)
+        self.time_numpy(layout)
+
+    def time_matmul(self, layout):
+        matmul(self.a, self.b)
+
+    def time_numpy(self, layout):
+        self.a @ self.b
+
+
 RUNTIMES = [
     "numba_onnx_ops Backend",
     "onnx ReferenceEvaluator new_ops=OPS",

@@ -1010,3 +1010,35 @@ def test_plans_keep_the_tuning_they_were_made_with(launches, rng, monkeypatch):
     _same_bits(nox.pow(x, 2.0), want_pow)
     _same_bits(nox.matmul(a, b), want_matmul)
     assert launches.places == ["pool", "pool"]
+
+
+_BASE = np.arange(40 * 36, dtype=np.float32).reshape(40, 36)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        lambda m: m[2:10, 3:9],  # rows apart
+        lambda m: m[:8, :6].copy().T,  # F-contiguous
+        lambda m: m[9:1:-1, 8:2:-2],  # negative strides
+        lambda m: np.broadcast_to(m[0, :6], (8, 6)),  # a zero stride
+        lambda m: m[:8, :6].astype(np.float16)[:, ::2],  # a half type
+        lambda m: m[:8, :8].copy(),  # C-contiguous
+    ],
+    ids=["rows-apart", "f-contiguous", "negative", "zero-stride", "float16", "c-contiguous"],
+)
+def test_a_plans_buffer_of_an_operand_is_flat_buffers_of_each_call(view):
+    """``flat_buffer_of`` decides once what ``flat_buffer`` works out on every call: the same
+    buffer (the same memory, length and read-only flag) for every array of the first one's
+    layout, wherever its memory starts."""
+    from numba_onnx_ops.core.broadcast import flat_buffer, flat_buffer_of
+
+    first = view(_BASE)
+    buffer_of = flat_buffer_of(first)
+    for x in (first, view(_BASE[1:]), view(_BASE[5:].copy()), view(_BASE.copy())):
+        assert x.strides == first.strides
+        want, got = flat_buffer(x)[0], buffer_of(x)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert got.__array_interface__["data"] == want.__array_interface__["data"]
+        assert not got.flags.writeable
+        np.testing.assert_array_equal(got, want)

@@ -11,7 +11,7 @@ import numpy as np
 from llvmlite import ir
 
 from ... import tuning
-from ...core.broadcast import batch_offsets, contiguous_buffer, flat_buffer
+from ...core.broadcast import batch_offsets, contiguous_buffer, flat_buffer, flat_buffer_of
 from ...core.dtypes import NATIVE, kernel_view
 from ...runtime import parallel, pool
 from ...runtime.cpu import cpu_features, fma512_halved, vector_bits
@@ -462,16 +462,18 @@ def _half_flat_read_only(x: np.ndarray) -> np.ndarray:
 
 
 def buffer_of(x: np.ndarray, pool: bool):
-    """The function that gives the flat buffer of an operand of ``x``'s dtype and flags: for
-    the pool's kernels, ``pool_buffer``'s; for the calling thread's twins (and the own pool's
-    kept runner, ``_step``), a C-contiguous, aligned operand itself, flat, writable or
-    read-only as the operand is (a plan's operands always have the same flags, so one
-    signature either way).  A C-contiguous, aligned operand costs a ``ravel`` (and the half
-    types a view as uint16), a third of ``pool_buffer``'s way."""
+    """The function that gives the flat buffer of an operand of ``x``'s dtype, shape, strides
+    and flags: for the pool's kernels, ``pool_buffer``'s; for the calling thread's twins (and
+    the own pool's kept runner, ``_step``), a C-contiguous, aligned operand itself, flat,
+    writable or read-only as the operand is (a plan's operands always have the same flags, so
+    one signature either way).  A C-contiguous, aligned operand costs a ``ravel`` (and the half
+    types a view as uint16), a third of ``pool_buffer``'s way; any other layout, what
+    ``flat_buffer_of`` worked out for the plan."""
     flags = x.flags
-    if not (flags.c_contiguous and flags.aligned):
-        return pool_buffer
     half = kernel_view(x)[1] != NATIVE
+    if not (flags.c_contiguous and flags.aligned):
+        flat = flat_buffer_of(kernel_view(x)[0])
+        return (lambda x: flat(x.view(np.uint16))) if half else flat
     if pool and flags.writeable:
         return _half_flat_read_only if half else contiguous_buffer
     return _half_flat if half else _flat
