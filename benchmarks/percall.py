@@ -124,6 +124,31 @@ class MatMulOperandLayout:
         self.a @ self.b
 
 
+class PowOperandLayout:
+    """``x ** 2`` and ``x ** 3.7`` of a float32 64x64 base in place: contiguous, a slice of a
+    wider matrix, a transpose; beside numpy's."""
+
+    params = (["C-contiguous", "a slice", "transposed"], [2.0, 3.7])
+    param_names = ("layout", "exponent")
+
+    def setup(self, layout, exponent):
+        rng = np.random.default_rng(0)
+        wide = (rng.random((64, 96)) + 0.5).astype(np.float32)
+        self.x = {
+            "C-contiguous": np.ascontiguousarray(wide[:, :64]),
+            "a slice": wide[:, :64],
+            "transposed": np.ascontiguousarray(wide[:, :64].T).T,
+        }[layout]
+        self.time_pow(layout, exponent)
+        self.time_numpy(layout, exponent)
+
+    def time_pow(self, layout, exponent):
+        pow(self.x, exponent)
+
+    def time_numpy(self, layout, exponent):
+        self.x**exponent
+
+
 RUNTIMES = [
     "numba_onnx_ops Backend",
     "onnx ReferenceEvaluator new_ops=OPS",

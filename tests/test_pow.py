@@ -854,6 +854,11 @@ def test_plans_check_each_kind_of_call_once(dtype, monkeypatch):
     "x, y",
     [
         (np.arange(1.0, 7.0, dtype=F32)[::2], 3.7),  # strided base
+        (np.arange(1.0, 13.0, dtype=F32).reshape(3, 4).T, 2.0),  # transposed base
+        (np.arange(1.0, 13.0, dtype=F64).reshape(3, 4)[::-1, 1:], -1.5),  # negative strides
+        (np.broadcast_to(np.arange(1.0, 5.0, dtype=F32), (3, 4)), 3),  # read-only, stride 0
+        (np.arange(1.0, 9.0, dtype=F32).astype(ml_dtypes.bfloat16)[::2], 0.75),  # half type
+        (np.arange(1, 13, dtype=np.int32).reshape(3, 4).T, 3),  # integer base
         (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 7.0, dtype=F32).astype(">f4")),
         (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 13.0, dtype=F32)[::2]),  # strided
         (np.arange(1.0, 7.0, dtype=F32), np.arange(1.0, 4.0, dtype=F32)[:, None]),  # broadcast
