@@ -51,8 +51,8 @@ def flat_buffer_of(a: np.ndarray):
     flags, with what depends only on those worked out now, once per kind of call.  An
     F-contiguous array's buffer is its C-contiguous transpose, flat (a view); any other
     layout's, the span from its lowest-addressed element, whose index and length are known
-    here.  ``flat_buffer`` works both out on every call: 10 us of a strided 64 x 64 operand,
-    more than its product takes (AMD Zen 3)."""
+    here.  ``flat_buffer`` works both out on every call, which costs a small product more
+    than its arithmetic (docs/design.md, "Call plans")."""
     flags = a.flags
     item = a.itemsize
     if not (flags.aligned and a.size) or any(s % item for s in a.strides):

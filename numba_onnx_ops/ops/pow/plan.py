@@ -61,8 +61,8 @@ def make(X: np.ndarray, Y, opset, broadcast, axis):
     elif size and shape == X.shape and size <= min(tuning.POW_HERE_MAX.values()):
         # A small base of another layout (a slice, a transpose, read-only): the common plan of
         # its C-contiguous copy, which the calling thread's kernel would have made anyway,
-        # without working out the layout on every call (9 us a float32 64 x 64 slice ** 2,
-        # 2 us contiguous; AMD Zen 3).  The same elements, so the same results.
+        # without working out the layout on every call (``plan.run``: several times the
+        # contiguous call; docs/design.md, "Call plans").  The same elements, the same results.
         common = _common_plan(np.array(x, order="C"), y, y_of, shape, size)
         if common is not None:
             return lambda X, Y: common(np.array(X, order="C"), Y)
