@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -163,15 +164,47 @@ def test_stream_bad_scheduler_address_is_a_usage_error():
 
 
 @needs_dask
-def test_stream_unreachable_scheduler_fails_fast_in_one_line():
+def test_stream_refused_scheduler_fails_at_once_in_one_line():
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
     start = time.perf_counter()
-    done = cli("stream", "--size", "1MiB", "--scheduler", "tcp://127.0.0.1:1", timeout=60)
+    done = cli("stream", "--size", "1MiB", "--scheduler", address, timeout=60)
     seconds = time.perf_counter() - start
     assert done.returncode == 3
     line = error_line(done, "stream")
-    assert "no dask scheduler answered at tcp://127.0.0.1:1 within 10 s" in line
+    assert f"nothing listens at {address} (the connection was refused)" in line
     assert len(done.stderr.strip().splitlines()) == 1
-    assert seconds < 25
+    assert seconds < 8  # (a subprocess that imports dask; no wait for an answer)
+
+
+@needs_dask
+def test_stream_connects_to_a_running_scheduler():
+    from distributed import LocalCluster
+
+    from numba_onnx_ops.integrations.zarr_stream import _connect
+
+    with LocalCluster(
+        n_workers=1, processes=False, protocol="tcp://", dashboard_address=None
+    ) as cluster:
+        with _connect(cluster.scheduler_address) as client:
+            assert client.submit(pow, 2, 10).result() == 1024
+
+
+@needs_dask
+def test_stream_silent_scheduler_fails_after_its_timeout_in_one_line():
+    with socket.socket() as silent:  # accepts connections, never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.perf_counter()
+        done = cli("stream", "--size", "1MiB", "--scheduler", address, timeout=60)
+        seconds = time.perf_counter() - start
+    assert done.returncode == 3
+    line = error_line(done, "stream")
+    assert f"no dask scheduler answered at {address} within 10 s" in line
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert 10 <= seconds < 25
 
 
 @pytest.mark.parametrize("missing", ["dask", "zarr"])

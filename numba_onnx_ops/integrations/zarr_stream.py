@@ -15,8 +15,10 @@ import math
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -345,12 +347,38 @@ def _missing_extra(distributed: bool) -> str | None:
 
 def _connect(address: str):
     """A ``distributed.Client`` of the scheduler at ``address``; ``ValueError`` for an address
-    that cannot be one, ``OSError`` for a scheduler that does not answer in time."""
+    that cannot be one, ``ConnectionRefusedError`` where nothing listens at a TCP address,
+    another ``OSError`` for a scheduler that does not answer in time."""
     from distributed import Client
-    from distributed.comm import get_address_host_port
+    from distributed.comm import get_address_host_port, parse_address
 
-    get_address_host_port(address)  # ValueError: no port, an unknown scheme
-    return Client(address, timeout=CONNECT_TIMEOUT_S)
+    host, port = get_address_host_port(address)  # ValueError: no port, an unknown scheme
+    if parse_address(address)[0] == "tcp":
+        # A refused connection is an answer, at once: dask's client would try again until its
+        # timeout before saying so.
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S):
+            pass
+    # dask's timeout covers the connection, not the handshake after it: a listener that never
+    # answers (another service on that port) would hold the client for ever.  So the client is
+    # made on a thread of its own, given up (left to the process's exit) past the timeout.
+    made: list = []
+    maker = threading.Thread(
+        target=lambda: made.append(_client_or_error(Client, address)), daemon=True
+    )
+    maker.start()
+    maker.join(CONNECT_TIMEOUT_S + 1)
+    if not made:
+        raise TimeoutError(f"no answer from {address} within {CONNECT_TIMEOUT_S} s")
+    if isinstance(made[0], BaseException):
+        raise made[0]
+    return made[0]
+
+
+def _client_or_error(Client, address: str):
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT_S)
+    except Exception as exc:  # (raised again on the caller's thread)
+        return exc
 
 
 def command(args: argparse.Namespace) -> int:
@@ -373,6 +401,14 @@ def command(args: argparse.Namespace) -> int:
                 client = stack.enter_context(_connect(args.scheduler))
             except ValueError as exc:
                 args.parser.error(f"--scheduler {args.scheduler}: {exc}")
+            except ConnectionRefusedError:
+                print(
+                    f"{args.parser.prog}: error: nothing listens at {args.scheduler} (the "
+                    "connection was refused); is the dask scheduler running, and is the address "
+                    "right?",
+                    file=sys.stderr,
+                )
+                return 3
             except OSError:
                 print(
                     f"{args.parser.prog}: error: no dask scheduler answered at {args.scheduler} "
