@@ -163,18 +163,24 @@ def test_stream_bad_scheduler_address_is_a_usage_error():
     assert "--scheduler nohost: missing port number" in error_line(done, "stream")
 
 
+def _stream_from(address: str) -> tuple[str, float]:
+    """The one line of a ``stream --scheduler address`` that cannot run (exit status 3), and
+    the seconds it took."""
+    start = time.perf_counter()
+    done = cli("stream", "--size", "1MiB", "--scheduler", address, timeout=60)
+    seconds = time.perf_counter() - start
+    assert done.returncode == 3
+    assert len(done.stderr.strip().splitlines()) == 1
+    return error_line(done, "stream"), seconds
+
+
 @needs_dask
 def test_stream_refused_scheduler_fails_at_once_in_one_line():
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    start = time.perf_counter()
-    done = cli("stream", "--size", "1MiB", "--scheduler", address, timeout=60)
-    seconds = time.perf_counter() - start
-    assert done.returncode == 3
-    line = error_line(done, "stream")
+    line, seconds = _stream_from(address)
     assert f"nothing listens at {address} (the connection was refused)" in line
-    assert len(done.stderr.strip().splitlines()) == 1
     assert seconds < 8  # (a subprocess that imports dask; no wait for an answer)
 
 
@@ -197,13 +203,8 @@ def test_stream_silent_scheduler_fails_after_its_timeout_in_one_line():
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
-        start = time.perf_counter()
-        done = cli("stream", "--size", "1MiB", "--scheduler", address, timeout=60)
-        seconds = time.perf_counter() - start
-    assert done.returncode == 3
-    line = error_line(done, "stream")
+        line, seconds = _stream_from(address)
     assert f"no dask scheduler answered at {address} within 10 s" in line
-    assert len(done.stderr.strip().splitlines()) == 1
     assert 10 <= seconds < 25
 
 
