@@ -1039,6 +1039,12 @@ def test_a_plans_buffer_of_an_operand_is_flat_buffers_of_each_call(view):
         assert x.strides == first.strides
         want, got = flat_buffer(x)[0], buffer_of(x)
         assert got.shape == want.shape and got.dtype == want.dtype
+        # from x's lowest-addressed byte to its highest element, worked out here in bytes
+        data = x.__array_interface__["data"][0]
+        low = data + sum((n - 1) * s for n, s in zip(x.shape, x.strides) if s < 0)
+        high = data + sum((n - 1) * s for n, s in zip(x.shape, x.strides) if s > 0)
+        assert got.__array_interface__["data"][0] == low
+        assert got.size * got.itemsize == high - low + x.itemsize
         assert got.__array_interface__["data"] == want.__array_interface__["data"]
         assert not got.flags.writeable
         np.testing.assert_array_equal(got, want)

@@ -35,15 +35,23 @@ def flat_buffer(a: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...]]:
     strides = tuple(s // item for s in a.strides)
     if a.size == 0:
         return np.empty(0, a.dtype), 0, strides
-    lo = sum((n - 1) * s for n, s in zip(a.shape, strides) if s < 0)
-    hi = sum((n - 1) * s for n, s in zip(a.shape, strides) if s > 0)
-    # Index the lowest-addressed element, then view the span [lo, hi] from there.
-    first = tuple(n - 1 if s < 0 else 0 for n, s in zip(a.shape, strides))
-    start = a[tuple(slice(i, i + 1) for i in first)].reshape(1)
-    base = np.lib.stride_tricks.as_strided(
-        start, shape=(hi - lo + 1,), strides=(item,), writeable=False
-    )
-    return base, -lo, strides
+    lowest, lo, length = _span(a.shape, strides)
+    return _span_view(a, lowest, length), -lo, strides
+
+
+def _span(shape: tuple[int, ...], strides) -> tuple[tuple[slice, ...], int, int]:
+    """Of an array of ``shape`` and element ``strides``: the index (as slices) of its
+    lowest-addressed element, that element's offset from the first, and the number of
+    elements from it to the highest-addressed one."""
+    lowest = tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(shape, strides))
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    return lowest, lo, 1 + sum((n - 1) * abs(s) for n, s in zip(shape, strides))
+
+
+def _span_view(a: np.ndarray, lowest: tuple[slice, ...], length: int) -> np.ndarray:
+    """The read-only 1-D view of ``length`` elements from ``a``'s element at ``lowest``."""
+    start = a[lowest].reshape(1)
+    return np.lib.stride_tricks.as_strided(start, (length,), (a.itemsize,), writeable=False)
 
 
 def flat_buffer_of(a: np.ndarray):
@@ -61,15 +69,8 @@ def flat_buffer_of(a: np.ndarray):
         return contiguous_buffer
     if flags.f_contiguous:
         return lambda x: contiguous_buffer(x.T)
-    strides = [s // item for s in a.strides]
-    span = 1 + sum((n - 1) * abs(s) for n, s in zip(a.shape, strides))
-    lowest = tuple(slice(n - 1, n) if s < 0 else slice(0, 1) for n, s in zip(a.shape, strides))
-
-    def strided(x: np.ndarray) -> np.ndarray:
-        start = x[lowest].reshape(1)
-        return np.lib.stride_tricks.as_strided(start, (span,), (item,), writeable=False)
-
-    return strided
+    lowest, _, length = _span(a.shape, [s // item for s in a.strides])
+    return lambda x: _span_view(x, lowest, length)
 
 
 def contiguous_buffer(a: np.ndarray) -> np.ndarray:
