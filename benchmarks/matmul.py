@@ -282,6 +282,41 @@ class MatMulSmall:
         matmul(self.a, self.b, out=self.out)
 
 
+#: Products with a linear layer's weights, M x K x N for (M, K) @ W.T, W (N, K) C-contiguous.
+TRANSPOSED_WEIGHTS = {
+    "1x768x3072": (1, 768, 3072),
+    "8x1024x1024": (8, 1024, 1024),
+    "32x256x256": (32, 256, 256),
+    "128x512x512": (128, 512, 512),
+}
+
+
+class MatMulTransposedWeights:
+    """``x @ W.T``, W's rows contiguous (B of unit row stride, each column contiguous): the
+    micro-kernel's tasks copy B's strips from its columns, beside the same product with B
+    C-contiguous and beside numpy's."""
+
+    params = (["float32", "float64"], list(TRANSPOSED_WEIGHTS))
+    param_names = ("dtype", "shapes")
+
+    def setup(self, dtype_name, shapes):
+        m, k, n = TRANSPOSED_WEIGHTS[shapes]
+        self.a, w = _operands(dtype_name, (m, k), (n, k))
+        self.b = w.T
+        self.b_rows = np.ascontiguousarray(self.b)
+        matmul(self.a, self.b)
+        matmul(self.a, self.b_rows)
+
+    def time_matmul(self, dtype_name, shapes):
+        matmul(self.a, self.b)
+
+    def time_matmul_b_contiguous(self, dtype_name, shapes):
+        matmul(self.a, self.b_rows)
+
+    def time_numpy(self, dtype_name, shapes):
+        self.a @ self.b
+
+
 #: Products of inference, M x K x N for (M, K) @ (K, N), and a batch of 64 (128, 64) @ (64, 128)
 #: products: the shapes of the peer comparison's GEMM group (``bench --cases gemm``).
 INFERENCE = {

@@ -20,15 +20,19 @@ if TYPE_CHECKING:
 # batched, odd sizes past the block edges, matrix-vector products (small and large), batches
 # of 8, 16 and 64 columns with enough work for the vector micro-kernel (one of each of its
 # block widths), one column strip on the pool whose rows group in fours (``own.grouped_tile``),
-# and a product large enough for the half types' own paths (sgemm panels,
-# bfloat16 pairs); for Pow, every exponent class and broadcast pattern, on a base small enough
-# for the calling thread's kernels and on one large enough for the pool's.
+# rows of its widest block on the calling thread, and a product large enough for the half
+# types' own paths (sgemm panels, bfloat16 pairs); for Pow, every exponent class and
+# broadcast pattern, on a base small enough for the calling thread's kernels and on one large
+# enough for the pool's.
 _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)),
                  ((2, 1, 33, 17), (3, 17, 5)), ((64,), (64, 64)), ((64, 64), (64,)),
                  ((512,), (512, 512)), ((512, 512), (512,)),
                  ((2048, 8, 8), (2048, 8, 8)), ((256, 16, 16), (256, 16, 16)),
                  ((16, 64, 64), (16, 64, 64)), ((64, 40), (40, 64)),
-                 ((200, 192), (192, 200))]  # fmt: skip
+                 ((200, 192), (192, 200)), ((9, 50), (50, 70))]  # fmt: skip
+# and by a transposed B (a linear layer's weights, ``x @ W.T``), of one row, whose kernel is
+# its own (several rows take the kernels above)
+_MATMUL_TRANSPOSED_CASES = [((64,), (64, 64)), ((512,), (512, 512))]
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 _POW_SHAPES = [(8, 40), (8, 4000)]
 
@@ -78,6 +82,8 @@ def warmup(
         if dtype in matmul_types:
             for sa, sb in _MATMUL_CASES:
                 matmul(np.ones(sa, dtype), np.ones(sb, dtype))
+            for sa, sb in _MATMUL_TRANSPOSED_CASES:
+                matmul(np.ones(sa, dtype), np.ones(sb[::-1], dtype).T)
         for shape in _POW_SHAPES if dtype in pow_types else ():
             x = np.abs(rng.standard_normal(shape)).astype(dtype)
             if dtype.kind != "u":  # a negative base: the kernels that fix signs compile too

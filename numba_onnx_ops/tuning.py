@@ -158,6 +158,19 @@ POOL_SPIN_US = 200
 # 8.9-9.3; int64 48^3 7.3-9.8 / 7.5-10.3, 64^3 14.0-17.2 / 10.2-13.4; a float32 matrix-vector
 # product 256x256 by 256 6.6-7.9 / 8.1-8.5 us.
 MATMUL_HERE_MAX = 1 << 17
+# One row of A by a B of unit row stride (``x @ W.T``, ``kernels.matmul_row_columns``): each
+# element of the result is one chain of fused multiply-adds over all of K, in order, so the
+# columns of B read at once, one chain per vector of them, carry the FMAs' latency; more
+# streams along B's columns than the prefetchers follow cost more than they save.  AMD Zen 3
+# (avx2 fma), 1 thread, medians of 5 interleaved rounds, ours at 8 / 16 / 32 / 48 / 64
+# columns (numpy's OpenBLAS, which sums each row in its own order): float32 1x768x3072 417-452
+# / 288-309 / 396-413 / 633-728 / 813-855 us (188-204); float64 1x768x3072 at 4 / 8 / 16 / 32
+# columns 880-942 / 514-572 / 487-572 / 1568-1663 (468-509).  On 2 threads 16 / 32 columns
+# moved between 375-383 / 234-277 us (116-123); not taken: 1 thread is the steadier.  Columns
+# 4 KiB apart fall in one set of L1 (``own.columns_at_once`` halves them): float32 1x1024x1024
+# at 8 / 16 columns 183 / 297 us (numpy 93), 1x2048x1024 356 / 600 (164); 2 KiB apart
+# (1x512x1024, two sets) 109 / 107 (52).
+ROW_COLUMNS = 16
 MATMUL_HERE_MAX_INT64 = 1 << 16
 # On numba's threading layer (``OWN_POOL`` False, or no own pool) a launch costs more, so up to
 # this many times more work stays on the calling thread.  On the AMD EPYC Zen 3 virtual

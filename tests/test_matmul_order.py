@@ -331,6 +331,44 @@ def test_any_layout_is_the_same_chain(paths, dtype, layout):
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_a_b_read_along_its_columns_is_the_same_chain(paths, width, monkeypatch, dtype):
+    """A B whose columns are unit-stride (``x @ W.T``): the micro-kernel's tasks copy its
+    strips into rows themselves (``copy_cols``: register transposes of whole vectors, the
+    last rows of K one by one), for every tile of both widths, on and around the edges of
+    the transposes and of the strips, one row included, on the calling thread and the
+    pool.  No copy of B is made first."""
+
+    def no_copy(*args):
+        raise AssertionError("B copied to unit-stride rows")
+
+    monkeypatch.setattr(own, "_with_unit_columns", no_copy)
+    rng = np.random.default_rng(16)
+    lanes = width // (8 * dtype.itemsize)
+    for m, k, n in [
+        (1, 3, 2 * lanes + 1),
+        (1, 70, 9 * lanes),  # (one row: a row alone is the chain of its batch)
+        (2, 2, lanes),
+        (5, lanes, 3 * lanes - 1),
+        (7, lanes + 1, 2 * lanes),
+        (13, 2 * lanes + 3, 4 * lanes + 5),
+        (64, 130, 96),  # (on the pool)
+        (1, 1024, 3 * lanes),  # (B's columns 4 KiB or 8 KiB apart: fewer read at once)
+        (1, 200, 300),  # (on the pool)
+    ]:
+        a, w = values(rng, (m, k), dtype), values(rng, (n, k), dtype)
+        want = matmul_fma_chain(a, w.T)
+        reversed_columns = np.ascontiguousarray(w[::-1]).T[:, ::-1]
+        for bb in (w.T, np.asfortranarray(w.T), reversed_columns):
+            assert_same_values(noo.matmul(a, bb), want, what=f"{m}x{k}x{n}")
+    batch = values(rng, (3, 11, 40), dtype)
+    w = values(rng, (2, 1, 33, 40), dtype)  # (a broadcast batch of transposed B)
+    assert_same_values(
+        noo.matmul(batch, w.swapaxes(-1, -2)), matmul_fma_chain(batch, w.swapaxes(-1, -2))
+    )
+    assert set(paths) == {"matmul_vector", "matmul_row_columns"}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_read_only_operands_on_the_pool_are_the_same_chain(dtype):
     rng = np.random.default_rng(15)
     for a_shape, b_shape in [((64, 130), (130, 96)), ((1, 700), (700, 900))]:

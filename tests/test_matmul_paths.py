@@ -57,6 +57,7 @@ _NAMES = {
     "narrow_panel": "narrow",
     "pack_bf16_pairs": "pairs",
     "matmul_whole": "whole",
+    "matmul_row_columns": "row_columns",
     "blas": "blas",
 }
 
@@ -756,9 +757,9 @@ def test_vector_or_blas_by_work(paths, rng, dtype, a_shape, b_shape, path):
     assert paths == [path] * (-(-k // kc) if path == "vector" else 1)
 
 
-def test_vector_copies_b_to_unit_column_stride(paths, rng):
+def test_vector_takes_a_transposed_b(paths, rng):
     a = operand(rng, (64, 64, 64), F32)
-    b = operand(rng, (64, 64, 64), F32).transpose(0, 2, 1)  # column stride 64
+    b = operand(rng, (64, 64, 64), F32).transpose(0, 2, 1)  # column stride 64: strips packed
     got = check(a, b)
     assert paths == [FLOATS]
     assert_same_values(got, noo.matmul(a, np.ascontiguousarray(b)))  # the same order
@@ -840,7 +841,7 @@ def test_layouts_blas_cannot_take_are_own(paths, rng, layout):
     # numpy.matmul would fall back to its plain loop on these: the own kernel takes them
     a, b = operand(rng, (70, 80), F32, layout), operand(rng, (80, 90), F32)
     check(a, b)
-    check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran: B copied
+    check(operand(rng, (80, 90), F32).T, operand(rng, (70, 80), F32).T)  # Fortran order
     assert paths == ["vector" if VECTOR == "vector" else "direct", FLOATS]
 
 

@@ -47,9 +47,10 @@ def test_warmup_compiles_what_later_calls_use(rng, capsys):
     assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
 
 
-def test_warmup_prepares_special_bases(rng):
+def test_warmup_prepares_special_bases_and_transposed_weights(rng):
     """Negative, zero, subnormal and NaN float bases take fix-up kernels of their own, on the
-    calling thread and on the pool."""
+    calling thread and on the pool; so do products by a transposed B (``x @ W.T``), one row
+    or several."""
     noo.warmup(["float32"])
     compiled = noo.compiled_specializations()
     pool = min(max(tuning.POW_HERE_MAX.values()), CHUNK) // 5 + 1  # (5 rows of it: the pool)
@@ -58,6 +59,10 @@ def test_warmup_prepares_special_bases(rng):
         x[:, :4] = [-2.5, 0.0, 1e-40, np.nan]
         for y in (3.7, np.float32(-1.5), x, x[0]):
             assert_pow_matches(noo.pow(x, y), x, y, what=f"float32 {shape} ^ {np.shape(y)}")
+    rows = tuning.MATMUL_HERE_MAX // 300 + 1  # (x @ W.T of 300 columns: past it, the pool)
+    for sa, sw in (((40,), (30, 40)), ((300,), (rows, 300)), ((9, 50), (70, 50))):
+        a, w = random_array(rng, sa, np.float32), random_array(rng, sw, np.float32)
+        assert_matmul_close(noo.matmul(a, w.T), a, w.T, what=f"float32 {sa} @ {sw}.T")
     assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
 
 

@@ -137,8 +137,9 @@ def plan(a2, b2, batch, m, n, k):
         for first, rb, a_off, b_off, tasks in launches_for(threads):
             c3 = out[first * n : first * n + len(a_off) * rb * n].reshape(-1, rb, n)
             (parallel.here if multiply_here else parallel.launch)(
-                kernel, flat_a, a_off, kp, 1, flat_b, b_off, n, c3, rb, n, kp, False, tasks, tile, 0
-            )
+                kernel, flat_a, a_off, kp, 1, flat_b, b_off, n, 1, c3, rb, n, kp, False, tasks,
+                tile, 0,
+            )  # fmt: skip
         if int(emin.min()) < _SAFE_FLOOR:  # (else every matrix passes: one reduction)
             for bi in np.flatnonzero(~inputs_safe(emin, m)).tolist():
                 _run_on_panels(a2, b2, batch, bi, m, n, k, target)

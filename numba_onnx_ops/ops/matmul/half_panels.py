@@ -135,7 +135,7 @@ def _multiply(af, bf, cf, part, onto: bool) -> None:
         chunks = min(-(-nj // nr), 8 * numba.config.NUMBA_NUM_THREADS)
         parallel.launch(
             _k.matmul_vector, own.pool_buffer(af), _ORIGIN, kk, 1, own.pool_buffer(bf), _ORIGIN,
-            nj, cf.reshape(1, mi, nj), mi, nj, kk, onto, chunks, tile, 0,
+            nj, 1, cf.reshape(1, mi, nj), mi, nj, kk, onto, chunks, tile, 0,
         )  # fmt: skip
         return
     with np.errstate(all="ignore"):  # IEEE results, as the own kernels

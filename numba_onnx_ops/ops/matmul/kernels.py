@@ -11,14 +11,15 @@ arithmetic in the type itself is exactly the result modulo 2**bits).  Each outpu
 narrowed once, when it is stored.
 
 - ``matmul_vector``: float32/float64 (and, with AVX-512DQ, int64/uint64) products with
-  unit-stride B rows, on the explicit-vector micro-kernel of ``microkernel.py``, reading A in
-  place and B in place or packed in strips.
+  unit-stride B rows (or, packed, a transposed B), on the explicit-vector micro-kernel of
+  ``microkernel.py``, reading A in place and B in place or packed in strips.
 - ``matmul_direct``: most other products: a register-blocked broadcast kernel that reads A in
   place and copies one strip of B at a time (compiled with LLVM's SLP vectorizer).
 - ``matmul_small``: batches of tiny matrices, read entirely in place.
 - ``matmul_packed``: long K and large half-type products: packed panels (halves widened once)
   and a register-blocked dot-product micro-kernel, K walked in blocks.
 - ``matmul_rows_dot`` / ``matmul_cols_axpy``: matrix-vector shapes, bandwidth-bound.
+- ``matmul_row_columns``: one row of A by a transposed B (``x @ W.T``), down B's columns.
 - ``widen_panels`` / ``narrow_panel``: float32 panels of large half-type products, for sgemm.
 
 Their speeds per shape: docs/design.md, "The own kernels".
@@ -37,7 +38,15 @@ from ...runtime.schedule import call_state, set_chunksize, spread
 from ...runtime.stack import c_view, heap_array, stack_array, view_as
 from ...runtime.vectors import PAGE, page_offset, prefetch_rows_for_write
 from ...tuning import PACK_ROWS, PREFETCH_MIN_K
-from .microkernel import call_whole, copy_rows, tile_cols, tile_rows, vector_tile
+from .microkernel import (
+    call_whole,
+    copy_cols,
+    copy_rows,
+    dot_cols,
+    tile_cols,
+    tile_rows,
+    vector_tile,
+)
 
 # Micro-tile: MR rows of A against NR columns of B.  Both packed panels are contiguous along
 # k, so LLVM vectorizes the k loop: per 8 k-steps, MR + NR vector loads feed MR * NR FMAs (or
@@ -363,26 +372,30 @@ def _vector_block(a, ao, a_rs, a_cs, b, bo, b_rs, c, co, c_rs, K, rows, tile, on
 
 
 @kernel(parallel=True)
-def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chunks, tile, pack):
+def matmul_vector(
+    a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs, out, M, N, K, onto, chunks, tile, pack
+):
     """out[b] = A[b] @ B[b] for float32/float64 or 64-bit integers on the vector micro-kernel,
     or with ``onto`` out[b] continued by A[b] @ B[b]: each element's chain of fused
     multiply-adds over k, in order, goes on from the sum in ``out`` (so K in blocks, one call
     per block, gives the bits of one call).
 
-    B must have unit column stride and N >= the tile's width NR.  Work items are (batch
-    entry, strip of NR columns), split into ``chunks`` tasks; per item the strip's row blocks
-    each run the whole K loop in registers.  The last strip is shifted left to end at N: its
-    overlap is computed twice, identically, or with ``onto`` stored by the strip before only
-    (continued twice, it would count twice).  The last row block re-reads row M-1 and stores
-    only the rows that exist.
+    B must have unit column stride (or, with ``pack`` nonzero, unit row stride) and N >= the
+    tile's width NR.  Work items are (batch entry, strip of NR columns), split into
+    ``chunks`` tasks; per item the strip's row blocks each run the whole K loop in
+    registers.  The last strip is shifted left to end at N: its overlap is computed twice,
+    identically, or with ``onto`` stored by the strip before only (continued twice, it would
+    count twice).  The last row block re-reads row M-1 and stores only the rows that exist.
 
     With ``pack`` nonzero each task takes its items in groups of ``pack`` and copies the
     group's strips, K rows of NR columns each, into consecutive rows of a panel of its own
     before the row blocks read them there (``own.packs_strips``): BLIS's packed panel of B,
     made where it is used, in parallel.  The copy walks ``PACK_ROWS`` rows of every strip of
     the group in turn, so each row of B it reaches is read along the group's columns, not one
-    strip's (B's rows a page apart cost a TLB miss each time one is read).  With ``pack`` 0
-    the row blocks read B in place.  The sums are the same.
+    strip's (B's rows a page apart cost a TLB miss each time one is read).  A B of unit row
+    stride (``b_cs`` not 1: a transposed B, the weights of ``x @ W.T``) has each strip copied
+    whole, in turn, by ``copy_cols``, which transposes it in registers.  With ``pack`` 0 the
+    row blocks read B in place.  The sums are the same.
 
     With K of at least ``PREFETCH_MIN_K``, each block first asks for the cache lines of the next
     block's C rows, so that their reads for ownership overlap this block's K loop instead of
@@ -409,7 +422,16 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
         s = first - bi * nstrips
         for g in range(first, last, max(pack, 1)):
             count = min(max(pack, 1), last - g)  # (the group's items)
-            if pack:  # the group's strips, PACK_ROWS rows of each in turn
+            if pack and b_cs != 1:  # B's columns unit-stride: each strip whole, in turn
+                gb, gs = bi, s
+                for q in range(count):
+                    j0 = min(gs * NR, N - NR)
+                    copy_cols(panel, q * K * NR, b, b_off[gb] + j0 * b_cs, b_cs, K, tile)
+                    gs += 1
+                    if gs == nstrips:
+                        gs = 0
+                        gb += 1
+            elif pack:  # the group's strips, PACK_ROWS rows of each in turn
                 for k0 in range(0, K, PACK_ROWS):
                     kn = min(PACK_ROWS, K - k0)
                     gb, gs = bi, s
@@ -441,6 +463,31 @@ def matmul_vector(a, a_off, a_rs, a_cs, b, b_off, b_rs, out, M, N, K, onto, chun
                 if s == nstrips:
                     s = 0
                     bi += 1
+    set_chunksize(saved)
+
+
+@kernel(parallel=True)
+def matmul_row_columns(a, a_off, a_cs, b, b_off, b_cs, out, N, K, chunks, tile):
+    """out[b] = A[b] @ B[b] for float32/float64 products of one row of A by a B of unit row
+    stride (a transposed B: ``x @ W.T``), by ``dot_cols`` on strips of NR columns: each
+    element the chain of fused multiply-adds over k in order, from zero, the chain of the
+    same row inside a batch on ``matmul_vector``, without copying B's strips first.  Items
+    (batch entry, strip) split into ``chunks`` tasks balanced as they run; the last strip is
+    shifted left to end at N (N at least NR), its overlap computed twice, identically."""
+    NR = tile_cols(tile)
+    flat = c_view(out, out.size)
+    nstrips = (N + NR - 1) // NR
+    items = out.shape[0] * nstrips
+    per = (items + chunks - 1) // chunks
+    saved = set_chunksize(1)
+    caller = call_state()
+    for t in prange(chunks):
+        spread(caller)
+        for item in range(t * per, min(items, (t + 1) * per)):
+            bi = item // nstrips
+            j0 = min((item - bi * nstrips) * NR, N - NR)
+            dot_cols(a, a_off[bi], a_cs, b, b_off[bi] + j0 * b_cs, b_cs, K, flat, bi * N + j0,
+                     tile)  # fmt: skip
     set_chunksize(saved)
 
 

@@ -41,6 +41,9 @@ class _BFloat16(ir.types.Type):
 # faster than one of numpy int8/int16/int32 scalars, on every call.
 _DIM_TYPES = (types.int64, types.float64, types.boolean)
 
+# Columns of B that ``copy_cols`` reads at once (its docstring says why).
+_COLS_AT_ONCE = 16
+
 
 def tile_shape(mr: int, nv: int, lanes: int) -> tuple:
     """The tile argument of ``vector_tile``: MR rows, NV vectors of ``lanes`` elements a row."""
@@ -334,6 +337,277 @@ def copy_rows(typingctx, dst, at, src, origin, stride, K, tile):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+class _Columns:
+    """Code that reads a strip of a B of unit row stride (each column contiguous) a W x W
+    block at a time (W the vector's elements) and transposes each block in registers:
+    ``copy_cols`` and ``dot_cols``."""
+
+    def __init__(self, context, builder, dtype, lanes: int, src, origin, stride):
+        self.builder = builder
+        self.lanes = lanes
+        self.per_lane = min(lanes, 128 // dtype.bitwidth)  # (elements in 128 bits)
+        self.line = max(lanes, 512 // dtype.bitwidth)  # (elements in a 64-byte cache line)
+        self.vt = ir.VectorType(context.get_value_type(dtype), lanes)
+        self.align = context.get_abi_alignment(self.vt.element)
+        self.src, self.origin, self.stride = src, origin, stride
+
+    def const(self, v):
+        return ir.Constant(ir.IntType(64), v)
+
+    def column(self, j):
+        """Where column ``j`` of the strip starts in the source."""
+        return self.builder.add(self.origin, self.builder.mul(self.const(j), self.stride))
+
+    def load(self, start, k, vector: bool):
+        """The vector (or the element) at ``start + k``."""
+        b = self.builder
+        ptr = b.gep(self.src, [b.add(start, k)])
+        if vector:
+            ptr = b.bitcast(ptr, self.vt.as_pointer())
+        return b.load(ptr, align=self.align)
+
+    def loop(self, name, first, last, step: int, body):
+        """``for k in range(first, last, step): body(k)``."""
+        b = self.builder
+        before = b.block
+        head = b.append_basic_block(name)
+        after = b.append_basic_block(name + "_done")
+        b.cbranch(b.icmp_signed("<", first, last), head, after)
+        b.position_at_end(head)
+        k = b.phi(ir.IntType(64))
+        k.add_incoming(first, before)
+        body(k)
+        k1 = b.add(k, self.const(step))
+        k.add_incoming(k1, b.block)
+        b.cbranch(b.icmp_signed("<", k1, last), head, after)
+        b.position_at_end(after)
+
+    def walk(self, name, k_, block, row):
+        """``block(k)`` for the W x W blocks of K (``row(k)`` for its last ``K % W`` rows),
+        a cache line of each column at a time while whole lines remain: a line is used up
+        as soon as it is read, however B's columns fall in L1's sets (16 columns 4 KiB
+        apart fall in one set of 8 ways, and a line read again for its second block came
+        from L2 each time)."""
+        b, lanes = self.builder, self.lanes
+        line = self.line
+
+        def lines(k):
+            for q in range(0, line, lanes):
+                block(b.add(k, self.const(q)))
+
+        def ends(step):
+            return b.mul(b.sdiv(k_, self.const(step)), self.const(step))
+
+        by_lines, by_blocks = ends(line), ends(lanes)
+        self.loop(name, self.const(0), by_lines, line, lines)
+        if line > lanes:
+            self.loop(name + "_blocks", by_lines, by_blocks, lanes, block)
+        self.loop(name + "_rows", by_blocks, k_, 1, row)
+
+    def transposed(self, rows):
+        """``rows[r][p]`` as ``out[p][r]`` within each 128-bit lane (``per_lane`` vectors of
+        ``per_lane`` elements a lane): the rounds of x86's unpacks (``_in_lane_rounds``),
+        each output one two-vector shuffle."""
+        b = self.builder
+
+        def mask(m):
+            return ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), m)
+
+        for (lo, hi), pairs in _in_lane_rounds(self.lanes, self.per_lane):
+            lo, hi = mask(lo), mask(hi)
+            out = list(rows)
+            for g in range(0, len(rows), 2 * pairs):
+                for q in range(pairs):
+                    x, y = rows[g + q], rows[g + q + pairs]
+                    out[g + 2 * q] = b.shuffle_vector(x, y, lo)
+                    out[g + 2 * q + 1] = b.shuffle_vector(x, y, hi)
+            rows = out
+        return rows
+
+    def block(self, starts, k):
+        """The W x W block of rows ``k`` to ``k + W`` of the columns starting at ``starts``,
+        in groups of E rows (E the elements in 128 bits): ``(first row, E vectors)``.  Vector
+        ``i`` of a group is built from E elements of columns ``i``, ``i + E``, ... (one load
+        of 128 bits each, the lanes put together as the loads are: ``vinsertf128`` from
+        memory), then transposed within its lanes, so that only E vectors of a group are live
+        at once and no shuffle crosses a lane (W / E + 2 shuffles an output vector with
+        float32 on AVX2, 3 in all, the fewest two-input shuffles)."""
+        b, per_lane, lanes = self.builder, self.per_lane, self.lanes
+        piece = ir.VectorType(self.vt.element, per_lane)
+        for g in range(0, lanes, per_lane):
+            at = b.add(k, self.const(g))
+            vectors = []
+            for i in range(per_lane):
+                parts = []
+                for c in range(i, lanes, per_lane):
+                    ptr = b.bitcast(b.gep(self.src, [b.add(starts[c], at)]), piece.as_pointer())
+                    parts.append(b.load(ptr, align=self.align))
+                while len(parts) > 1:  # (pairs of pieces put together, halves, then wholes)
+                    width = 2 * parts[0].type.count
+                    both = ir.Constant(ir.VectorType(ir.IntType(32), width), list(range(width)))
+                    parts = [b.shuffle_vector(parts[j], parts[j + 1], both)
+                             for j in range(0, len(parts), 2)]  # fmt: skip
+                vectors.append(parts[0])
+            yield g, self.transposed(vectors)
+
+    def row(self, starts, k):
+        """Row ``k`` of the columns starting at ``starts``, as a vector, element by element."""
+        b = self.builder
+        v = ir.Constant(self.vt, ir.Undefined)
+        for r, start in enumerate(starts):
+            v = b.insert_element(v, self.load(start, k, False), self.const(r))
+        return v
+
+
+def _column_types(tile, arrays, ints):
+    """``(NV, W)`` of ``tile`` where ``arrays`` are 1-D arrays of one dtype and ``ints``
+    integers, else ``None`` (the typing of ``copy_cols`` and ``dot_cols``)."""
+    dims = _tile_dims(tile)
+    if dims is None or not all(isinstance(x, types.Array) and x.ndim == 1 for x in arrays):
+        return None
+    if len({x.dtype for x in arrays}) != 1 or not all(isinstance(x, types.Integer) for x in ints):
+        return None
+    return dims[1], dims[2]
+
+
+@intrinsic
+def copy_cols(typingctx, dst, at, src, origin, stride, K, tile):
+    """``dst[at + k * NR + j] = src[origin + k + j * stride]`` for k < ``K``, j < NR (the
+    tile's columns): ``K`` rows of a strip of a B of unit row stride, each column contiguous
+    (a transposed or Fortran-ordered B, the weights of ``x @ W.T``), copied to consecutive
+    rows, as ``copy_rows`` copies a B of unit column stride.
+
+    The strip's columns are copied in groups of ``_COLS_AT_ONCE`` (or one vector's), each
+    group over all of K before the next: as many streams along B's columns as the
+    prefetchers follow, their cache lines in distinct L1 ways (64 columns at once, a set
+    of L1 took more lines than it has ways when the columns were 3 KiB apart, and the copy
+    ran at half the speed).  Per W x W block (W the vector's elements): W vector loads along
+    k, a transpose in registers (``_Columns.transposed``), W vector stores; the last
+    ``K % W`` rows one element at a time."""
+    dims = _column_types(tile, (dst, src), (at, origin, stride, K))
+    if dims is None:
+        return None
+    nv, lanes = dims
+    nr = nv * lanes
+    group = max(1, _COLS_AT_ONCE // lanes)  # (vectors of columns a group)
+    sig = types.void(dst, at, src, origin, stride, K, tile)
+
+    def codegen(context, builder, signature, args):
+        argtys = signature.args
+        dp = context.make_array(argtys[0])(context, builder, args[0]).data
+        sp = context.make_array(argtys[2])(context, builder, args[2]).data
+        at_, origin_, stride_, k_ = (
+            context.cast(builder, args[i], argtys[i], types.int64) for i in (1, 3, 4, 5)
+        )
+        cols = _Columns(context, builder, dst.dtype, lanes, sp, origin_, stride_)
+        const = cols.const
+
+        def store(value, row, j, vector):  # dst[at + row * NR + j] = value
+            to = builder.add(builder.add(at_, builder.mul(row, const(nr))), const(j))
+            ptr = builder.gep(dp, [to])
+            if vector:
+                ptr = builder.bitcast(ptr, cols.vt.as_pointer())
+            builder.store(value, ptr, align=cols.align)
+
+        for g0 in range(0, nv, group):
+            vectors = range(g0, min(nv, g0 + group))
+            starts = {v: [cols.column(j) for j in range(v * lanes, (v + 1) * lanes)]
+                      for v in vectors}  # fmt: skip
+
+            def blocks(k, vectors=vectors, starts=starts):
+                for v in vectors:
+                    for g, rows in cols.block(starts[v], k):
+                        for r, row in enumerate(rows):
+                            store(row, builder.add(k, const(g + r)), v * lanes, True)
+
+            def rest(k, vectors=vectors, starts=starts):
+                for v in vectors:
+                    for r, start in enumerate(starts[v]):
+                        store(cols.load(start, k, False), k, v * lanes + r, False)
+
+            cols.walk("copy_cols", k_, blocks, rest)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def dot_cols(typingctx, a, ao, a_cs, b, origin, stride, K, c, co, tile):
+    """``c[co + j] = sum_k a[ao + k * a_cs] * b[origin + k + j * stride]`` for j < NR (the
+    tile's columns), k < ``K`` (at least 1): one row of A times a strip of a B of unit row
+    stride (``copy_cols``'s B), each element the chain of fused multiply-adds over k in
+    order, from zero, as every path keeps it.  Each W x W block of B is transposed in
+    registers and its W rows feed the NV accumulators' chains in turn, so B is read once,
+    never stored: the NV chains, one per vector of columns, carry the latency (a chain does
+    W dependent FMAs a block).  The last ``K % W`` rows are read one element at a time."""
+    dims = _column_types(tile, (a, b, c), (ao, a_cs, origin, stride, K, co))
+    if dims is None or not isinstance(a.dtype, types.Float):
+        return None
+    nv, lanes = dims
+    sig = types.void(a, ao, a_cs, b, origin, stride, K, c, co, tile)
+
+    def codegen(context, builder, signature, args):
+        argtys = signature.args
+        ap, bp, cp = (context.make_array(argtys[i])(context, builder, args[i]).data
+                      for i in (0, 3, 7))  # fmt: skip
+        ao_, acs_, origin_, stride_, k_, co_ = (
+            context.cast(builder, args[i], argtys[i], types.int64) for i in (1, 2, 4, 5, 6, 8)
+        )
+        cols = _Columns(context, builder, a.dtype, lanes, bp, origin_, stride_)
+        const, vt = cols.const, cols.vt
+        fma = vector_fma(builder, vt)
+        starts = [[cols.column(j) for j in range(v * lanes, (v + 1) * lanes)] for v in range(nv)]
+        acc = [ir.Constant(vt, None) for _ in range(nv)]
+        slots = [cgutils.alloca_once_value(builder, x) for x in acc]  # (promoted to registers)
+
+        def a_at(k):
+            at = builder.add(ao_, builder.mul(k, acs_))
+            return vector_splat(builder, builder.load(builder.gep(ap, [at])), vt)
+
+        def blocks(k):
+            for v, slot in enumerate(slots):  # (one block's vectors live at a time)
+                total = builder.load(slot)
+                for g, rows in cols.block(starts[v], k):
+                    for r, row in enumerate(rows):
+                        total = builder.call(fma, [a_at(builder.add(k, const(g + r))), row, total])
+                builder.store(total, slot)
+
+        def rest(k):
+            x = a_at(k)
+            for v, slot in enumerate(slots):
+                builder.store(builder.call(fma, [x, cols.row(starts[v], k), builder.load(slot)]),
+                              slot)  # fmt: skip
+
+        cols.walk("dot_cols", k_, blocks, rest)
+        for v, slot in enumerate(slots):
+            ptr = builder.gep(cp, [builder.add(co_, const(v * lanes))])
+            builder.store(builder.load(slot), builder.bitcast(ptr, vt.as_pointer()),
+                          align=cols.align)  # fmt: skip
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _in_lane_rounds(lanes: int, per_lane: int) -> list:
+    """The rounds of ``copy_cols``'s transpose inside each 128-bit lane of ``per_lane``
+    elements, as x86's unpack instructions do them, one instruction per output: ``((lo, hi),
+    pairs)``, the two shuffle masks that the vectors ``r`` and ``r + pairs`` of each group of
+    ``2 * pairs`` give.  Four elements a lane: 32-bit then 64-bit unpacks; two: 64-bit ones.
+    Then each vector's lane ``l`` holds one column of the lane's rows."""
+    rounds = []
+    lanes_of = range(lanes // per_lane)
+    if per_lane == 4:  # (vunpcklps / vunpckhps)
+        lo = [i for b in lanes_of for i in (4 * b, lanes + 4 * b, 4 * b + 1, lanes + 4 * b + 1)]
+        hi = [i + 2 for i in lo]
+        rounds.append(((lo, hi), 1))
+    if per_lane >= 2:  # (vunpcklpd / vunpckhpd, or their 32-bit pairs)
+        h = per_lane // 2
+        lo = [per_lane * b + x + side for b in lanes_of for side in (0, lanes) for x in range(h)]
+        hi = [i + h for i in lo]
+        rounds.append(((lo, hi), per_lane // 2))
+    return rounds
 
 
 def _masked_store_name(vt) -> str:

@@ -206,13 +206,13 @@ def _product_function(dtype: np.dtype):
                      out3.reshape(out3.shape[0], m), i64(m), i64(k), i64(_ROWS_PER_TASK),
                      acc)  # fmt: skip
         elif n >= nr:
-            vector(a, a_off, i64(k), i64(1), b, b_off, i64(n), out3, i64(m), i64(n), i64(k),
-                   False, i64(1), tile, 0)  # fmt: skip
+            vector(a, a_off, i64(k), i64(1), b, b_off, i64(n), i64(1), out3, i64(m), i64(n),
+                   i64(k), False, i64(1), tile, 0)  # fmt: skip
         else:  # B's rows and the result's padded to the tile's width
             padded = _pad_columns(b, b_off, k, n, nr)
             wide = np.empty((out3.shape[0], m, nr), out3.dtype)
-            vector(a, a_off, i64(k), i64(1), padded, b_off // n * nr, i64(nr), wide, i64(m),
-                   i64(nr), i64(k), False, i64(1), tile, 0)  # fmt: skip
+            vector(a, a_off, i64(k), i64(1), padded, b_off // n * nr, i64(nr), i64(1), wide,
+                   i64(m), i64(nr), i64(k), False, i64(1), tile, 0)  # fmt: skip
             out3[...] = wide[:, :, :n]
 
     return helper()(product)

@@ -46,6 +46,11 @@ def plan(a, b, batch, m, n, k):
     _, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
     acc = acc_proto(a.dtype)
     lanes = 32 // acc.itemsize  # accumulator elements in one 32-byte vector
+    # B of unit row stride, each column contiguous (a transposed B, the weights of
+    # ``x @ W.T``): the micro-kernel's tasks copy its strips into rows as they take them
+    # (``copy_cols``), for one row of A too, which so keeps the chain of a row in a batch
+    by_columns = b_cs != 1 and (b_rs == 1 or k == 1) and a.dtype in (_F32, _F64)
+    by_columns = by_columns and takes_floats(a.dtype)
     if n == 1:  # matrix-vector: one dot product per row
 
         def args(ab, bb, t):
@@ -53,7 +58,18 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
 
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
-    if m == 1:  # vector-matrix: rows of B scaled and added
+    if m == 1 and by_columns and vector_tile(a.dtype, n)[0] is not None:
+        # one row by B's columns: each element's chain over B's column, in registers
+        lanes = _tile_lanes(vector_tile(a.dtype, n)[0])
+        nv = columns_at_once(a.dtype, b_cs, lanes, n) // lanes
+        tile = tile_shape(1, nv, lanes)
+        chunks = min(nbatch * -(-n // (nv * lanes)), 8 * _NTHREADS)
+
+        def args(ab, bb, t):
+            return ab, a_off, a_cs, bb, b_off, b_cs, t.reshape(nbatch, n), n, k, chunks, tile
+
+        return _step(_k.matmul_row_columns, args, a, b, nbatch * n * k, nbatch * n)
+    if m == 1 and not by_columns:  # vector-matrix: rows of B scaled and added
         # One band of columns per thread that runs it (the threads of the call, on the pool:
         # ``numba.set_num_threads`` may change them, so they are read at each call), of at most
         # 16 KiB of sums (in L1): B is read in the longest runs the prefetchers can follow
@@ -82,7 +98,7 @@ def plan(a, b, batch, m, n, k):
     if whole is None and a.dtype in (_F32, _F64) and takes_floats(a.dtype):
         if vector_tile(a.dtype, n)[0] is None:
             return _with_padded_columns(a, b, batch, m, n, k)
-        if b_cs != 1:
+        if b_cs != 1 and not by_columns:
             return _with_unit_columns(a, b, batch, m, n, k)
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
@@ -91,7 +107,7 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_rs, bb, b_off, b_rs, t.reshape(nbatch, m, n), chunks, whole
 
         return _step(_k.matmul_whole, args, a, b, work, nbatch * m * n)
-    tile, nr = vector_tile(a.dtype, n) if b_cs == 1 else (None, 0)
+    tile, nr = vector_tile(a.dtype, n) if b_cs == 1 or by_columns else (None, 0)
     if tile is not None:
         tile, nr = few_rows_tile(a.dtype, m, n, k, b_rs, tile, nr)
         kc = k_block(a.dtype, k)
@@ -106,7 +122,7 @@ def plan(a, b, batch, m, n, k):
             chunks = min(nbatch * -(-n // nr), 8 * _NTHREADS)
         mats = nbatch * groups
         pack = 0  # (strips a task copies at a time; none: B read in place)
-        if packs_strips(a.dtype, rows, k, b_rs):
+        if by_columns or packs_strips(a.dtype, rows, k, b_rs):
             kc = k_block(a.dtype, k, packed=True)
             per = -(-mats * -(-n // nr) // chunks)  # (items a task)
             pack = max(1, min(per, tuning.PACK_PANEL // (kc * nr * a.dtype.itemsize)))
@@ -118,8 +134,8 @@ def plan(a, b, batch, m, n, k):
 
             def args(ab, bb, t, a_at=a_at, b_at=b_at, kk=kk, onto=k0 > 0):
                 out = t.reshape(mats, rows, n)
-                return (ab, a_at, a_rs, a_cs, bb, b_at, b_rs, out, rows, n, kk, onto, chunks,
-                        tile, pack)  # fmt: skip
+                return (ab, a_at, a_rs, a_cs, bb, b_at, b_rs, b_cs, out, rows, n, kk, onto,
+                        chunks, tile, pack)  # fmt: skip
 
             work = nbatch * m * n * kk
             steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
@@ -149,6 +165,20 @@ def plan(a, b, batch, m, n, k):
                 acc)  # fmt: skip
 
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
+
+
+def columns_at_once(dtype: np.dtype, stride: int, lanes: int, n: int) -> int:
+    """The columns of B (a multiple of ``lanes``, at most ``n`` rounded down to it, at least
+    ``lanes``) that ``matmul_row_columns`` reads at once, ``stride`` elements apart:
+    ``tuning.ROW_COLUMNS``, halved while their cache lines would fall in one set of L1 more
+    often than it has ways (64 sets of 8 or more ways, on every CPU kind measured).  Columns
+    4 KiB apart all fall in one set: 16 of them at once cost 1.6x 8 (the measurements:
+    ``tuning.ROW_COLUMNS``)."""
+    cols = tuning.ROW_COLUMNS
+    step = abs(stride) * dtype.itemsize
+    while cols > lanes and cols // len({j * step // 64 % 64 for j in range(cols)}) > 8:
+        cols //= 2
+    return max(lanes, min(cols, n // lanes * lanes))
 
 
 def row_groups(dtype: np.dtype, nbatch: int, m: int, n: int, kc: int, mr: int, work: int) -> int:
@@ -313,10 +343,11 @@ def _with_padded_columns(a, b, batch, m, n, k):
 
 
 def _with_unit_columns(a, b, batch, m, n, k):
-    """The step of a float product whose B columns are not unit-stride (a Fortran-ordered or
-    transposed B): a C-contiguous copy of B's own elements (its batch dimensions are not
-    broadcast), then the step of such operands, so that the product takes the vector
-    micro-kernel and its order."""
+    """The step of a float product whose B has neither unit column stride nor unit row
+    stride (a slice of every other row and column): a C-contiguous copy of B's own elements
+    (its batch dimensions are not broadcast), then the step of such operands, so that the
+    product takes the vector micro-kernel and its order.  (A B of unit row stride, a
+    transposed one, is read by the micro-kernel's tasks themselves: ``copy_cols``.)"""
     inner = plan(a, np.empty(b.shape, b.dtype), batch, m, n, k)
     return lambda a, b, target: inner(a, np.ascontiguousarray(b), target)
 
