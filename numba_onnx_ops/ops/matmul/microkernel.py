@@ -348,7 +348,6 @@ class _Columns:
         self.builder = builder
         self.lanes = lanes
         self.per_lane = min(lanes, 128 // dtype.bitwidth)  # (elements in 128 bits)
-        self.line = max(lanes, 512 // dtype.bitwidth)  # (elements in a 64-byte cache line)
         self.vt = ir.VectorType(context.get_value_type(dtype), lanes)
         self.align = context.get_abi_alignment(self.vt.element)
         self.src, self.origin, self.stride = src, origin, stride
@@ -385,26 +384,12 @@ class _Columns:
         b.position_at_end(after)
 
     def walk(self, name, k_, block, row):
-        """``block(k)`` for the W x W blocks of K (``row(k)`` for its last ``K % W`` rows),
-        a cache line of each column at a time while whole lines remain: a line is used up
-        as soon as it is read, however B's columns fall in L1's sets (16 columns 4 KiB
-        apart fall in one set of 8 ways, and a line read again for its second block came
-        from L2 each time)."""
-        b, lanes = self.builder, self.lanes
-        line = self.line
-
-        def lines(k):
-            for q in range(0, line, lanes):
-                block(b.add(k, self.const(q)))
-
-        def ends(step):
-            return b.mul(b.sdiv(k_, self.const(step)), self.const(step))
-
-        by_lines, by_blocks = ends(line), ends(lanes)
-        self.loop(name, self.const(0), by_lines, line, lines)
-        if line > lanes:
-            self.loop(name + "_blocks", by_lines, by_blocks, lanes, block)
-        self.loop(name + "_rows", by_blocks, k_, 1, row)
+        """``block(k)`` for the W x W blocks of K, then ``row(k)`` for its last ``K % W``
+        rows."""
+        w = self.const(self.lanes)
+        blocks = self.builder.mul(self.builder.sdiv(k_, w), w)
+        self.loop(name, self.const(0), blocks, self.lanes, block)
+        self.loop(name + "_rows", blocks, k_, 1, row)
 
     def transposed(self, rows):
         """``rows[r][p]`` as ``out[p][r]`` within each 128-bit lane (``per_lane`` vectors of
@@ -432,8 +417,9 @@ class _Columns:
         ``i`` of a group is built from E elements of columns ``i``, ``i + E``, ... (one load
         of 128 bits each, the lanes put together as the loads are: ``vinsertf128`` from
         memory), then transposed within its lanes, so that only E vectors of a group are live
-        at once and no shuffle crosses a lane (W / E + 2 shuffles an output vector with
-        float32 on AVX2, 3 in all, the fewest two-input shuffles)."""
+        at once and no shuffle crosses a lane: W / E - 1 shuffles put a vector together and
+        log2(E) rounds transpose the lanes, 3 shuffles a vector with float32 on AVX2, as
+        few as any transpose of 8 x 8 by two-input shuffles takes."""
         b, per_lane, lanes = self.builder, self.per_lane, self.lanes
         piece = ir.VectorType(self.vt.element, per_lane)
         for g in range(0, lanes, per_lane):

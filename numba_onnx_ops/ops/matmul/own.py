@@ -48,9 +48,10 @@ def plan(a, b, batch, m, n, k):
     lanes = 32 // acc.itemsize  # accumulator elements in one 32-byte vector
     # B of unit row stride, each column contiguous (a transposed B, the weights of
     # ``x @ W.T``): the micro-kernel's tasks copy its strips into rows as they take them
-    # (``copy_cols``), for one row of A too, which so keeps the chain of a row in a batch
-    by_columns = b_cs != 1 and (b_rs == 1 or k == 1) and a.dtype in (_F32, _F64)
-    by_columns = by_columns and takes_floats(a.dtype)
+    # (``copy_cols``), and one row of A runs down its columns (``matmul_row_columns``) in the
+    # chain that row has inside a batch
+    floats = a.dtype in (_F32, _F64) and takes_floats(a.dtype)
+    by_columns = floats and b_cs != 1 and (b_rs == 1 or k == 1)
     if n == 1:  # matrix-vector: one dot product per row
 
         def args(ab, bb, t):
@@ -171,9 +172,9 @@ def columns_at_once(dtype: np.dtype, stride: int, lanes: int, n: int) -> int:
     """The columns of B (a multiple of ``lanes``, at most ``n`` rounded down to it, at least
     ``lanes``) that ``matmul_row_columns`` reads at once, ``stride`` elements apart:
     ``tuning.ROW_COLUMNS``, halved while their cache lines would fall in one set of L1 more
-    often than it has ways (64 sets of 8 or more ways, on every CPU kind measured).  Columns
-    4 KiB apart all fall in one set: 16 of them at once cost 1.6x 8 (the measurements:
-    ``tuning.ROW_COLUMNS``)."""
+    often than it has ways (64 sets of at least 8 ways on AMD Zen 3 and Zen 4 and on Intel's
+    Xeons).  Columns 4 KiB apart all fall in one set: 16 of them at once cost 1.6x 8 (the
+    measurements: ``tuning.ROW_COLUMNS``)."""
     cols = tuning.ROW_COLUMNS
     step = abs(stride) * dtype.itemsize
     while cols > lanes and cols // len({j * step // 64 % 64 for j in range(cols)}) > 8:
