@@ -282,6 +282,32 @@ class MatMulSmall:
         matmul(self.a, self.b, out=self.out)
 
 
+#: Batches of products by one B (a 2-D B broadcast): x of rank 3 @ W.
+SHARED_B = {
+    "(32,1,256)@(256,256)": ((32, 1, 256), (256, 256)),
+    "(16,1,768)@(768,768)": ((16, 1, 768), (768, 768)),
+    "(8,4,256)@(256,256)": ((8, 4, 256), (256, 256)),
+}
+
+
+class MatMulSharedB:
+    """float32 batches whose B is one matrix for every entry, A's matrices one after another:
+    one product of all the rows (``own.stacked_rows``), beside numpy's."""
+
+    params = (list(SHARED_B),)
+    param_names = ("shapes",)
+
+    def setup(self, shapes):
+        self.a, self.b = _operands("float32", *SHARED_B[shapes])
+        matmul(self.a, self.b)
+
+    def time_matmul(self, shapes):
+        matmul(self.a, self.b)
+
+    def time_numpy(self, shapes):
+        self.a @ self.b
+
+
 #: Products with a linear layer's weights, M x K x N for (M, K) @ W.T, W (N, K) C-contiguous.
 TRANSPOSED_WEIGHTS = {
     "1x768x3072": (1, 768, 3072),

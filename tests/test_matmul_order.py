@@ -369,6 +369,33 @@ def test_a_b_read_along_its_columns_is_the_same_chain(paths, width, monkeypatch,
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_a_batch_sharing_b_is_one_product_of_its_rows(paths, dtype):
+    """A batch whose B is one matrix for every entry (``x @ W``, x of rank 3) and whose A's
+    matrices follow each other at one row stride runs as one product of all the rows, in the
+    same chains: single rows take the micro-kernel instead of one pass over B each.  Batches
+    that are not so (rows apart between matrices, B not shared) keep their entries."""
+    rng = np.random.default_rng(17)
+    w = values(rng, (40, 33), dtype)
+    x = values(rng, (12, 40), dtype)
+    rows = x.reshape(12, 1, 40)  # single rows, one after another
+    strided = x[:, None, :]  # the same rows, the new axis of stride 0
+    want = matmul_fma_chain(x, w)
+    for a in (rows, strided, x.reshape(3, 4, 40), x.reshape(2, 3, 2, 40)):
+        paths.clear()
+        got = noo.matmul(a, w)
+        assert_same_values(got.reshape(12, 33), want, what=str(a.shape))
+        assert paths == ["matmul_vector"], (a.shape, paths)
+    gaps = values(rng, (3, 5, 40), dtype)[:, :4]  # (rows apart between the matrices)
+    assert_same_values(noo.matmul(gaps, w), matmul_fma_chain(gaps, w))
+    own_b = values(rng, (12, 40, 33), dtype)  # (a B per entry)
+    assert_same_values(noo.matmul(rows, own_b), matmul_fma_chain(rows, own_b))
+    shared = np.broadcast_to(w, (12, 40, 33))  # (one B, broadcast by the caller)
+    paths.clear()
+    assert_same_values(noo.matmul(rows, shared), want.reshape(12, 1, 33))
+    assert paths == ["matmul_vector"]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
 def test_read_only_operands_on_the_pool_are_the_same_chain(dtype):
     rng = np.random.default_rng(15)
     for a_shape, b_shape in [((64, 130), (130, 96)), ((1, 700), (700, 900))]:

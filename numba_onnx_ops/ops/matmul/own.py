@@ -44,6 +44,12 @@ def plan(a, b, batch, m, n, k):
     bv, _ = kernel_view(b)
     _, a_off, a_rs, a_cs = operand(av, batch, nbatch)
     _, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
+    given = batch, m  # (for the plans of copied operands)
+    stacked = stacked_rows(a_off, a_rs, b_off, m)
+    if stacked is not None and (a_cs != 1 or b_cs != 1 or whole_function(a.dtype, m, n, k) is None):
+        # B shared by the batch, A's matrices one after another at one row stride: one product
+        # of all their rows (fuller blocks; of one row each, one pass over B instead of one a row)
+        a_off, a_rs, b_off, m, nbatch = a_off[:1], stacked, b_off[:1], nbatch * m, 1
     acc = acc_proto(a.dtype)
     lanes = 32 // acc.itemsize  # accumulator elements in one 32-byte vector
     # B of unit row stride, each column contiguous (a transposed B, the weights of
@@ -98,9 +104,9 @@ def plan(a, b, batch, m, n, k):
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is None and a.dtype in (_F32, _F64) and takes_floats(a.dtype):
         if vector_tile(a.dtype, n)[0] is None:
-            return _with_padded_columns(a, b, batch, m, n, k)
+            return _with_padded_columns(a, b, *given, n, k)
         if b_cs != 1 and not by_columns:
-            return _with_unit_columns(a, b, batch, m, n, k)
+            return _with_unit_columns(a, b, *given, n, k)
     if whole is not None:
         chunks = min(nbatch, 8 * _NTHREADS)
 
@@ -166,6 +172,23 @@ def plan(a, b, batch, m, n, k):
                 acc)  # fmt: skip
 
     return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
+
+
+def stacked_rows(a_off: np.ndarray, a_rs: int, b_off: np.ndarray, m: int) -> int | None:
+    """The row stride of the one product of all of A's rows that a batch of products is, or
+    ``None`` where it is not one: B the same matrix for every entry (a 2-D B broadcast, ``x @
+    W`` with x of rank 3 and more) and A's matrices one after another at one row stride (a
+    C-contiguous A, a slice of one along the rows; single rows evenly apart).  The result's
+    rows are consecutive either way.  Each element's chain is the same in the one product as
+    in its batch entry's, so the bits are too."""
+    if len(a_off) < 2 or not (b_off == b_off[0]).all():
+        return None
+    step = int(a_off[1] - a_off[0])
+    if m > 1 and step != m * a_rs:
+        return None
+    if not (a_off == a_off[0] + np.arange(len(a_off)) * step).all():
+        return None
+    return step if m == 1 else a_rs
 
 
 def columns_at_once(dtype: np.dtype, stride: int, lanes: int, n: int) -> int:
