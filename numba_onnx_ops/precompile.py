@@ -33,6 +33,9 @@ _MATMUL_CASES = [((4, 4), (4, 4)), ((3, 8, 8), (3, 8, 8)), ((70, 130), (130, 90)
 # and by a transposed B (a linear layer's weights, ``x @ W.T``), of one row, whose kernel is
 # its own (several rows take the kernels above)
 _MATMUL_TRANSPOSED_CASES = [((64,), (64, 64)), ((512,), (512, 512))]
+# and of a transposed A (``A.T @ B``), whose rows a kernel copies out first, on the calling
+# thread and on the pool
+_MATMUL_TRANSPOSED_A_CASES = [((130, 70), (130, 90)), ((600, 600), (600, 8))]
 _POW_EXPONENTS = [2, 3, 0.5, -1, -0.5, 5, 3.7]
 _POW_SHAPES = [(8, 40), (8, 4000)]
 
@@ -84,6 +87,8 @@ def warmup(
                 matmul(np.ones(sa, dtype), np.ones(sb, dtype))
             for sa, sb in _MATMUL_TRANSPOSED_CASES:
                 matmul(np.ones(sa, dtype), np.ones(sb[::-1], dtype).T)
+            for sa, sb in _MATMUL_TRANSPOSED_A_CASES:
+                matmul(np.ones(sa, dtype).T, np.ones(sb, dtype))
         for shape in _POW_SHAPES if dtype in pow_types else ():
             x = np.abs(rng.standard_normal(shape)).astype(dtype)
             if dtype.kind != "u":  # a negative base: the kernels that fix signs compile too

@@ -171,6 +171,15 @@ MATMUL_HERE_MAX = 1 << 17
 # at 8 / 16 columns 183 / 297 us (numpy 93), 1x2048x1024 356 / 600 (164); 2 KiB apart
 # (1x512x1024, two sets) 109 / 107 (52).
 ROW_COLUMNS = 16
+# Float products of an A of unit row stride (a transposed A, ``A.T @ B``) of at least this many
+# multiply-adds copy A's rows to a C-contiguous array first (``own._with_rows_of_a``): the
+# micro-kernel reads such rows with constant strides.  AMD Zen 3 (avx2 fma), float32, medians of
+# 5 interleaved rounds, A read in place / rows copied (A C-contiguous; numpy with A.T), 1 thread:
+# 16^3 3.7 / 8.2 us (4.2; 2.7); 64^3 25.3 / 24.6 (17.7; 15.2); 32x256x256 145 / 101 (87; 91);
+# 128x256x256 501 / 281 (275; 254); 256^3 931 / 527 (489; 452); 512^3 5757 / 3411 (3359; 3070).
+# 2 threads: 64^3 22.7 / 27.4 (21.4; 16.0); 256^3 469 / 336 (248; 274); 512^3 3470 / 1844 (1631;
+# 1704).  So from 2^19 on: 64^3 (2^18) gains nothing on 1 thread and loses on 2.
+ROWS_OF_A_MIN = 1 << 19
 MATMUL_HERE_MAX_INT64 = 1 << 16
 # On numba's threading layer (``OWN_POOL`` False, or no own pool) a launch costs more, so up to
 # this many times more work stays on the calling thread.  On the AMD EPYC Zen 3 virtual

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import math
 import os
 
 import ml_dtypes
@@ -366,6 +367,28 @@ def test_a_b_read_along_its_columns_is_the_same_chain(paths, width, monkeypatch,
         noo.matmul(batch, w.swapaxes(-1, -2)), matmul_fma_chain(batch, w.swapaxes(-1, -2))
     )
     assert set(paths) == {"matmul_vector", "matmul_row_columns"}
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+def test_a_transposed_a_is_the_same_chain(paths, width, dtype):
+    """An A of unit row stride (``A.T @ B``, a Fortran-ordered A) in a product of at least
+    ``tuning.ROWS_OF_A_MIN`` multiply-adds has its rows copied out first (``rows_of_columns``:
+    strips transposed in registers, the last one shifted), on the calling thread or the pool;
+    the chains are those of A read in place."""
+    rng = np.random.default_rng(18)
+    lanes = width // (8 * dtype.itemsize)
+    for m, k, n, batch in [
+        (64, 130, 96, ()),
+        (300, 2 * lanes + 3, 200, ()),  # (a last strip shifted onto the one before)
+        (40, 70, 60, (5,)),
+        (150, 900, 8, ()),  # (its copy on the pool)
+    ]:
+        assert math.prod(batch) * m * n * k >= tuning.ROWS_OF_A_MIN
+        a = values(rng, batch + (k, m), dtype).swapaxes(-1, -2)
+        b = values(rng, (k, n), dtype)
+        paths.clear()
+        assert_same_values(noo.matmul(a, b), matmul_fma_chain(a, b), what=f"{m}x{k}x{n}")
+        assert paths[0] == "rows_of_columns" and "rows_of_columns" not in paths[1:], paths
 
 
 @pytest.mark.parametrize("dtype", [F32, F64], ids=str)

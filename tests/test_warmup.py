@@ -50,7 +50,7 @@ def test_warmup_compiles_what_later_calls_use(rng, capsys):
 def test_warmup_prepares_special_bases_and_transposed_weights(rng):
     """Negative, zero, subnormal and NaN float bases take fix-up kernels of their own, on the
     calling thread and on the pool; so do products by a transposed B (``x @ W.T``), one row
-    or several."""
+    or several, and of a transposed A (``A.T @ B``)."""
     noo.warmup(["float32"])
     compiled = noo.compiled_specializations()
     pool = min(max(tuning.POW_HERE_MAX.values()), CHUNK) // 5 + 1  # (5 rows of it: the pool)
@@ -63,6 +63,9 @@ def test_warmup_prepares_special_bases_and_transposed_weights(rng):
     for sa, sw in (((40,), (30, 40)), ((300,), (rows, 300)), ((9, 50), (70, 50))):
         a, w = random_array(rng, sa, np.float32), random_array(rng, sw, np.float32)
         assert_matmul_close(noo.matmul(a, w.T), a, w.T, what=f"float32 {sa} @ {sw}.T")
+    for sa, sb in (((100, 80), (100, 70)), ((700, 500), (700, 9))):  # (A.T: copied rows)
+        a, b = random_array(rng, sa, np.float32).T, random_array(rng, sb, np.float32)
+        assert_matmul_close(noo.matmul(a, b), a, b, what=f"float32 {sa}.T @ {sb}")
     assert noo.compiled_specializations() == compiled, "a call after warmup() compiled"
 
 

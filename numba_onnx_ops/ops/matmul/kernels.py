@@ -20,6 +20,7 @@ narrowed once, when it is stored.
   and a register-blocked dot-product micro-kernel, K walked in blocks.
 - ``matmul_rows_dot`` / ``matmul_cols_axpy``: matrix-vector shapes, bandwidth-bound.
 - ``matmul_row_columns``: one row of A by a transposed B (``x @ W.T``), down B's columns.
+- ``rows_of_columns``: a transposed A copied to C-contiguous rows, for the product to read.
 - ``widen_panels`` / ``narrow_panel``: float32 panels of large half-type products, for sgemm.
 
 Their speeds per shape: docs/design.md, "The own kernels".
@@ -426,7 +427,8 @@ def matmul_vector(
                 gb, gs = bi, s
                 for q in range(count):
                     j0 = min(gs * NR, N - NR)
-                    copy_cols(panel, q * K * NR, b, b_off[gb] + j0 * b_cs, b_cs, K, tile)
+                    at = b_off[gb] + j0 * b_cs
+                    copy_cols(panel, q * K * NR, NR, b, at, b_cs, K, tile)
                     gs += 1
                     if gs == nstrips:
                         gs = 0
@@ -489,6 +491,27 @@ def matmul_row_columns(a, a_off, a_cs, b, b_off, b_cs, out, N, K, chunks, tile):
             dot_cols(a, a_off[bi], a_cs, b, b_off[bi] + j0 * b_cs, b_cs, K, flat, bi * N + j0,
                      tile)  # fmt: skip
     set_chunksize(saved)
+
+
+@kernel(parallel=True)
+def rows_of_columns(a, a_off, a_cs, out, M, K, chunks, tile):
+    """out[b] = A[b], C-contiguous, for an A of unit row stride (a transposed A: ``A.T @ B``)
+    whose element (i, k) is ``a[a_off[b] + i + k * a_cs]``: strips of NR columns (K at least
+    NR), each copied by ``copy_cols`` (blocks transposed in registers), so that the product
+    reads A's rows in place.  Items (batch entry, strip) split into ``chunks`` tasks; the
+    last strip is shifted left to end at K, its overlap copied twice."""
+    NR = tile_cols(tile)
+    flat = c_view(out, out.size)
+    nstrips = (K + NR - 1) // NR
+    items = out.shape[0] * nstrips
+    per = (items + chunks - 1) // chunks
+    caller = call_state()
+    for t in prange(chunks):
+        spread(caller)
+        for item in range(t * per, min(items, (t + 1) * per)):
+            bi = item // nstrips
+            j0 = min((item - bi * nstrips) * NR, K - NR)
+            copy_cols(flat, bi * M * K + j0, K, a, a_off[bi] + j0 * a_cs, a_cs, M, tile)
 
 
 @kernel(parallel=True)

@@ -459,11 +459,12 @@ def _column_types(tile, arrays, ints):
 
 
 @intrinsic
-def copy_cols(typingctx, dst, at, src, origin, stride, K, tile):
-    """``dst[at + k * NR + j] = src[origin + k + j * stride]`` for k < ``K``, j < NR (the
+def copy_cols(typingctx, dst, at, dst_rs, src, origin, stride, K, tile):
+    """``dst[at + k * dst_rs + j] = src[origin + k + j * stride]`` for k < ``K``, j < NR (the
     tile's columns): ``K`` rows of a strip of a B of unit row stride, each column contiguous
-    (a transposed or Fortran-ordered B, the weights of ``x @ W.T``), copied to consecutive
-    rows, as ``copy_rows`` copies a B of unit column stride.
+    (a transposed or Fortran-ordered B, the weights of ``x @ W.T``), copied to rows
+    ``dst_rs`` apart (NR: consecutive rows, as ``copy_rows`` copies a B of unit column
+    stride).
 
     The strip's columns are copied in groups of ``_COLS_AT_ONCE`` (or one vector's), each
     group over all of K before the next: as many streams along B's columns as the
@@ -472,26 +473,25 @@ def copy_cols(typingctx, dst, at, src, origin, stride, K, tile):
     ran at half the speed).  Per W x W block (W the vector's elements): W vector loads along
     k, a transpose in registers (``_Columns.transposed``), W vector stores; the last
     ``K % W`` rows one element at a time."""
-    dims = _column_types(tile, (dst, src), (at, origin, stride, K))
+    dims = _column_types(tile, (dst, src), (at, dst_rs, origin, stride, K))
     if dims is None:
         return None
     nv, lanes = dims
-    nr = nv * lanes
     group = max(1, _COLS_AT_ONCE // lanes)  # (vectors of columns a group)
-    sig = types.void(dst, at, src, origin, stride, K, tile)
+    sig = types.void(dst, at, dst_rs, src, origin, stride, K, tile)
 
     def codegen(context, builder, signature, args):
         argtys = signature.args
         dp = context.make_array(argtys[0])(context, builder, args[0]).data
-        sp = context.make_array(argtys[2])(context, builder, args[2]).data
-        at_, origin_, stride_, k_ = (
-            context.cast(builder, args[i], argtys[i], types.int64) for i in (1, 3, 4, 5)
+        sp = context.make_array(argtys[3])(context, builder, args[3]).data
+        at_, dst_rs_, origin_, stride_, k_ = (
+            context.cast(builder, args[i], argtys[i], types.int64) for i in (1, 2, 4, 5, 6)
         )
         cols = _Columns(context, builder, dst.dtype, lanes, sp, origin_, stride_)
         const = cols.const
 
-        def store(value, row, j, vector):  # dst[at + row * NR + j] = value
-            to = builder.add(builder.add(at_, builder.mul(row, const(nr))), const(j))
+        def store(value, row, j, vector):  # dst[at + row * dst_rs + j] = value
+            to = builder.add(builder.add(at_, builder.mul(row, dst_rs_)), const(j))
             ptr = builder.gep(dp, [to])
             if vector:
                 ptr = builder.bitcast(ptr, cols.vt.as_pointer())

@@ -45,6 +45,19 @@ def plan(a, b, batch, m, n, k):
     _, a_off, a_rs, a_cs = operand(av, batch, nbatch)
     _, b_off, b_rs, b_cs = operand(bv, batch, nbatch)
     given = batch, m  # (for the plans of copied operands)
+    floats = a.dtype in (_F32, _F64) and takes_floats(a.dtype)
+    if (
+        floats
+        and a_rs == 1
+        and a_cs != 1
+        and m > 1
+        and n > 1
+        and (nbatch * m * n * k >= tuning.ROWS_OF_A_MIN)
+    ):
+        # A of unit row stride (a transposed A): its rows copied out first, in registers
+        rows = _with_rows_of_a(a, b, batch, nbatch, m, n, k, a_off, a_cs)
+        if rows is not None:
+            return rows
     stacked = stacked_rows(a_off, a_rs, b_off, m)
     if stacked is not None and (a_cs != 1 or b_cs != 1 or whole_function(a.dtype, m, n, k) is None):
         # B shared by the batch, A's matrices one after another at one row stride: one product
@@ -56,7 +69,6 @@ def plan(a, b, batch, m, n, k):
     # ``x @ W.T``): the micro-kernel's tasks copy its strips into rows as they take them
     # (``copy_cols``), and one row of A runs down its columns (``matmul_row_columns``) in the
     # chain that row has inside a batch
-    floats = a.dtype in (_F32, _F64) and takes_floats(a.dtype)
     by_columns = floats and b_cs != 1 and (b_rs == 1 or k == 1)
     if n == 1:  # matrix-vector: one dot product per row
 
@@ -302,6 +314,11 @@ def _tile_rows(tile: tuple) -> int:
     return sum(1 for t in tile if type(t) is int)
 
 
+def _tile_cols(tile: tuple) -> int:
+    """NV * W of a ``vector_tile`` tile argument (the columns of its block)."""
+    return _tile_vectors(tile) * _tile_lanes(tile)
+
+
 def _tile_vectors(tile: tuple) -> int:
     """NV of a ``vector_tile`` tile argument (its floats, after the MR ints)."""
     return sum(1 for t in tile if type(t) is float)
@@ -362,6 +379,37 @@ def _with_padded_columns(a, b, batch, m, n, k):
         out = np.empty(wide, target.dtype)
         inner(a, bw, out)
         target.reshape(wide[:-1] + (n,))[...] = out[..., :n]
+
+    return step
+
+
+def _with_rows_of_a(a, b, batch, nbatch, m, n, k, a_off, a_cs):
+    """The step of a float product whose A has unit row stride and another column stride (a
+    transposed A: ``A.T @ B``, ``np.asfortranarray(A)``), or ``None`` where K is shorter
+    than one vector: A's rows copied to a C-contiguous array first (``rows_of_columns``, 16
+    columns at a time transposed in registers, on the calling thread for up to
+    ``tuning.MATMUL_HERE_MAX`` elements), then the step of such an A, whose micro-kernel
+    reads A's full blocks with constant strides.  Read in place, A's elements took an
+    address per row and step that LLVM kept on the stack (the measurements:
+    ``tuning.ROWS_OF_A_MIN``).  The same chains: the copy changes where A is read, not
+    what."""
+    lanes = vector_bits() // (8 * a.dtype.itemsize)
+    if k < lanes:
+        return None
+    tile = tile_shape(1, max(1, min(16, k) // lanes), lanes)
+    shape = batch + (m, k)
+    inner = plan(np.empty(shape, a.dtype), b, batch, m, n, k)
+    chunks = min(nbatch * -(-k // _tile_cols(tile)), 8 * _NTHREADS)
+
+    def args(ab, bb, t):
+        return ab, a_off, a_cs, t.reshape(nbatch, m, k), m, k, chunks, tile
+
+    copy = _step(_k.rows_of_columns, args, a, a, nbatch * m * k, nbatch * m * k)
+
+    def step(a, b, target):
+        rows = np.empty(shape, a.dtype)
+        copy(a, a, rows)
+        inner(rows, b, target)
 
     return step
 
