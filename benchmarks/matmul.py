@@ -308,6 +308,37 @@ class MatMulSharedB:
         self.a @ self.b
 
 
+#: Products of a transposed A, M x K x N for A.T @ B, A (K, M) C-contiguous.
+TRANSPOSED_A = {"128x256x256": (128, 256, 256), "256x256x256": (256, 256, 256),
+                "512x512x512": (512, 512, 512)}  # fmt: skip
+
+
+class MatMulTransposedA:
+    """float32 ``A.T @ B``, A's columns contiguous (A of unit row stride): its rows copied out
+    first (``own._with_rows_of_a``), beside the same product with A C-contiguous and beside
+    numpy's."""
+
+    params = (list(TRANSPOSED_A),)
+    param_names = ("shapes",)
+
+    def setup(self, shapes):
+        m, k, n = TRANSPOSED_A[shapes]
+        a, self.b = _operands("float32", (k, m), (k, n))
+        self.a = a.T
+        self.a_rows = np.ascontiguousarray(self.a)
+        matmul(self.a, self.b)
+        matmul(self.a_rows, self.b)
+
+    def time_matmul(self, shapes):
+        matmul(self.a, self.b)
+
+    def time_matmul_a_contiguous(self, shapes):
+        matmul(self.a_rows, self.b)
+
+    def time_numpy(self, shapes):
+        self.a @ self.b
+
+
 #: Products with a linear layer's weights, M x K x N for (M, K) @ W.T, W (N, K) C-contiguous.
 TRANSPOSED_WEIGHTS = {
     "1x768x3072": (1, 768, 3072),
