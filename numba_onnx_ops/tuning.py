@@ -164,7 +164,7 @@ MATMUL_HERE_MAX = 1 << 17
 # streams along B's columns than the prefetchers follow cost more than they save.  AMD Zen 3
 # (avx2 fma), 1 thread, medians of 5 interleaved rounds, ours at 8 / 16 / 32 / 48 / 64
 # columns (numpy's OpenBLAS, which sums each row in its own order): float32 1x768x3072 417-452
-# / 288-309 / 396-413 / 633-728 / 813-855 us (188-204); float64 1x768x3072 at 4 / 8 / 16 / 32
+# / 288-397 / 396-413 / 633-728 / 813-855 us (188-204); float64 1x768x3072 at 4 / 8 / 16 / 32
 # columns 880-942 / 514-572 / 487-572 / 1568-1663 (468-509).  On 2 threads 16 / 32 columns
 # moved between 375-383 / 234-277 us (116-123); not taken: 1 thread is the steadier.  Columns
 # 4 KiB apart fall in one set of L1 (``own.columns_at_once`` halves them): float32 1x1024x1024

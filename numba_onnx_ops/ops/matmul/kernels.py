@@ -423,7 +423,7 @@ def matmul_vector(
         s = first - bi * nstrips
         for g in range(first, last, max(pack, 1)):
             count = min(max(pack, 1), last - g)  # (the group's items)
-            if pack and b_cs != 1:  # B's columns unit-stride: each strip whole, in turn
+            if pack and b_cs != 1:  # B of unit row stride: each strip whole, in turn
                 gb, gs = bi, s
                 for q in range(count):
                     j0 = min(gs * NR, N - NR)
