@@ -42,7 +42,7 @@ class _BFloat16(ir.types.Type):
 _DIM_TYPES = (types.int64, types.float64, types.boolean)
 
 # Columns of B that ``copy_cols`` reads at once (its docstring says why).
-_COLS_AT_ONCE = 16
+COLS_AT_ONCE = 16
 
 
 def tile_shape(mr: int, nv: int, lanes: int) -> tuple:
@@ -466,7 +466,7 @@ def copy_cols(typingctx, dst, at, dst_rs, src, origin, stride, K, tile):
     ``dst_rs`` apart (NR: consecutive rows, as ``copy_rows`` copies a B of unit column
     stride).
 
-    The strip's columns are copied in groups of ``_COLS_AT_ONCE`` (or one vector's), each
+    The strip's columns are copied in groups of ``COLS_AT_ONCE`` (or one vector's), each
     group over all of K before the next: as many streams along B's columns as the
     prefetchers follow, their cache lines in distinct L1 ways (64 columns at once, a set
     of L1 took more lines than it has ways when the columns were 3 KiB apart, and the copy
@@ -477,7 +477,7 @@ def copy_cols(typingctx, dst, at, dst_rs, src, origin, stride, K, tile):
     if dims is None:
         return None
     nv, lanes = dims
-    group = max(1, _COLS_AT_ONCE // lanes)  # (vectors of columns a group)
+    group = max(1, COLS_AT_ONCE // lanes)  # (vectors of columns a group)
     sig = types.void(dst, at, dst_rs, src, origin, stride, K, tile)
 
     def codegen(context, builder, signature, args):

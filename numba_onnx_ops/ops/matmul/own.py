@@ -18,7 +18,7 @@ from ...runtime.cpu import cpu_features, fma512_halved, vector_bits
 from ...runtime.jit import serial_twin
 from ...runtime.numba_private import native_function, threads_now
 from . import kernels as _k
-from .microkernel import define_whole, tile_shape
+from .microkernel import COLS_AT_ONCE, define_whole, tile_shape
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -77,9 +77,10 @@ def plan(a, b, batch, m, n, k):
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
 
         return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
-    if m == 1 and by_columns and vector_tile(a.dtype, n)[0] is not None:
+    row_tile = vector_tile(a.dtype, n)[0] if m == 1 and by_columns else None
+    if row_tile is not None:
         # one row by B's columns: each element's chain over B's column, in registers
-        lanes = _tile_lanes(vector_tile(a.dtype, n)[0])
+        lanes = _tile_lanes(row_tile)
         nv = columns_at_once(a.dtype, b_cs, lanes, n) // lanes
         tile = tile_shape(1, nv, lanes)
         chunks = min(nbatch * -(-n // (nv * lanes)), 8 * _NTHREADS)
@@ -114,7 +115,7 @@ def plan(a, b, batch, m, n, k):
         return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
     work = nbatch * m * n * k
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
-    if whole is None and a.dtype in (_F32, _F64) and takes_floats(a.dtype):
+    if whole is None and floats:
         if vector_tile(a.dtype, n)[0] is None:
             return _with_padded_columns(a, b, *given, n, k)
         if b_cs != 1 and not by_columns:
@@ -386,8 +387,8 @@ def _with_padded_columns(a, b, batch, m, n, k):
 def _with_rows_of_a(a, b, batch, nbatch, m, n, k, a_off, a_cs):
     """The step of a float product whose A has unit row stride and another column stride (a
     transposed A: ``A.T @ B``, ``np.asfortranarray(A)``), or ``None`` where K is shorter
-    than one vector: A's rows copied to a C-contiguous array first (``rows_of_columns``, 16
-    columns at a time transposed in registers, on the calling thread for up to
+    than one vector: A's rows copied to a C-contiguous array first (``rows_of_columns``,
+    ``COLS_AT_ONCE`` columns at a time transposed in registers, on the calling thread for up to
     ``tuning.MATMUL_HERE_MAX`` elements), then the step of such an A, whose micro-kernel
     reads A's full blocks with constant strides.  Read in place, A's elements took an
     address per row and step that LLVM kept on the stack (the measurements:
@@ -396,7 +397,7 @@ def _with_rows_of_a(a, b, batch, nbatch, m, n, k, a_off, a_cs):
     lanes = vector_bits() // (8 * a.dtype.itemsize)
     if k < lanes:
         return None
-    tile = tile_shape(1, max(1, min(16, k) // lanes), lanes)
+    tile = tile_shape(1, max(1, min(COLS_AT_ONCE, k) // lanes), lanes)
     shape = batch + (m, k)
     inner = plan(np.empty(shape, a.dtype), b, batch, m, n, k)
     chunks = min(nbatch * -(-k // _tile_cols(tile)), 8 * _NTHREADS)
