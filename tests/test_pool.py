@@ -174,6 +174,42 @@ def test_workers_sleep_after_their_spin_and_wake_for_a_job():
     assert run_python(code, os.path.dirname(__file__)).split() == ["ok"]
 
 
+def test_the_workers_compile_nothing(tmp_path):
+    """The workers' loop (``serve``) is compiled, or loaded from the cache, by the thread that
+    starts the pool, before any worker runs: a worker that compiled it held the GIL for a
+    fraction of a second, and every call the caller made meanwhile, each of which lets the GIL
+    go, waited for the interpreter's switch interval to take it back.  In a fresh process with
+    an empty cache, where every kernel is compiled: all on the calling thread."""
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread")
+    code = """
+        import sys, threading
+        sys.path.insert(0, sys.argv[1])
+        from numba.core import event
+        import test_pool
+        from numba_onnx_ops.runtime import pool
+
+        where = []
+
+        class Compiles(event.Listener):
+            def on_start(self, ev):
+                fn = ev.data.get("dispatcher")
+                where.append((getattr(fn, "__name__", fn), threading.current_thread().name))
+
+            def on_end(self, ev):
+                pass
+
+        event.register("numba:compile", Compiles())
+        pool.pool()
+        assert ("serve", "MainThread") in where, where
+        assert (test_pool._tasks(64, 100) == 1).all()
+        assert {thread for _, thread in where} == {"MainThread"}, where
+        print("ok")
+    """
+    env = {"NUMBA_CACHE_DIR": str(tmp_path)}
+    assert run_python(code, os.path.dirname(__file__), env=env).split() == ["ok"]
+
+
 def test_jobs_from_several_threads():
     """Python threads that call at once: one job holds the pool, the others run alone; every
     task of every call runs once."""

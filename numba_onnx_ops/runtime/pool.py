@@ -354,9 +354,14 @@ class _Pool:
         self.lock = threading.Lock()
         self.workers = numba.config.NUMBA_NUM_THREADS - 1
         spin = int(tuning.POOL_SPIN_US * 1000)
+        # ``serve`` compiled (or loaded from the cache) here, before any worker runs: a worker
+        # that compiled it would hold the GIL for that long, while the caller's next calls,
+        # each of which lets the GIL go, waited up to the switch interval to take it back
+        # (5 ms a call, for a second, from a cache without ``serve``).
+        life = numba_private.entry_point(serve, (self.ctrl, 0, spin))
         for me in range(self.workers):
             threading.Thread(
-                target=serve, args=(self.ctrl, me, spin), name=f"numba_onnx_ops-{me}", daemon=True
+                target=life, args=(self.ctrl, me, spin), name=f"numba_onnx_ops-{me}", daemon=True
             ).start()
 
 
