@@ -210,6 +210,34 @@ class MatMulFewRows(ForcedTuning):
         matmul(self.a, self.b)
 
 
+#: Mid-size half products, past the direct kernel's multiply-adds and short of the panels'.
+HALF_MID = {
+    f"{m}x{k}x{n}": ((m, k), (k, n))
+    for m, k, n in [(32, 256, 256), (64, 128, 64), (128, 128, 128), (8, 256, 256), (4, 512, 512)]
+}  # fmt: skip
+
+
+class MatMulHalfWidened(ForcedTuning):
+    """float16 and bfloat16 products of mid size on the packed kernel, which widens as it packs
+    (``tuning.HALF_WIDEN_MIN_ROWS`` past any row count), and as tuned: widened to float32 whole
+    on the calling thread, the float32 plan, narrowed (``half_panels.widened_plan``), side by
+    side.  (4x512x512 has fewer rows than the tuned value: the packed kernel either way.)"""
+
+    params = (["float16", "bfloat16"], list(HALF_MID), ["packed", "tuned"])
+    param_names = ("dtype", "shapes", "path")
+
+    def setup(self, dtype, shapes, path):
+        if path == "packed":
+            self.force(HALF_WIDEN_MIN_ROWS=1 << 62)
+        else:
+            self.force()
+        self.a, self.b = _operands(dtype, *HALF_MID[shapes])
+        self.out = matmul(self.a, self.b)  # warm-up: compiles outside the timings
+
+    def time_matmul(self, dtype, shapes, path):
+        matmul(self.a, self.b)
+
+
 #: Matrix-vector and vector-matrix products: bandwidth-bound, one pass over the matrix.
 VECTOR = {
     "(4096,4096)@(4096,)": ((4096, 4096), (4096,)),

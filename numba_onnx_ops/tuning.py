@@ -29,6 +29,26 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # panels; below it the panel steps per matrix cost more than they save.
 HALF_PANELS_MIN = 192**3
 
+# Single float16/bfloat16 products of more than DIRECT_HALF_MAX_MNK multiply-adds (and fewer
+# than HALF_PANELS_MIN) and at least HALF_WIDEN_MIN_ROWS rows (and a vector of float32 columns)
+# are widened to float32 whole on the calling thread, multiplied by the float32 product's plan
+# and narrowed (``half_panels.widened_plan``), where the packed kernel's scalar blocks ran them
+# at a fraction of the micro-kernel's speed (benchmarks/matmul.py, MatMulHalfWidened).  AMD Zen
+# 3 (avx2 fma f16c), the two sides alternated in one process, medians of 11 rounds, packed /
+# widened in us, 1 thread and 2: float16 32x256x256 301 / 196 and 356 / 140; 64x128x64 75 / 56
+# and 82 / 54; 128^3 266 / 159 and 202 / 171; 8x256x256 177 / 62 and 187 / 64; bfloat16
+# 32x256x256 231 / 206 and 245 / 223; 64x128x64 72 / 59 and 80 / 58; 8x256x256 96 / 68 and 103
+# / 65.  Fewer rows widen a B that the product reads once: float16 4x512x512 589 / 592 and 327
+# / 325.  At most DIRECT_HALF_MAX_MNK the direct kernel, which widens as it reads, stays ahead:
+# float16 64^3 39 / 42 us, 32x64x64 24 / 30 on 1 thread.
+HALF_WIDEN_MIN_ROWS = 8
+# The float32 product of those widened operands runs on the calling thread, which has just
+# written them, up to this many multiply-adds: on the pool the other core fetched them from the
+# calling core's cache.  Zen 3, as above, the product on the pool, 1 / 2 threads: float16
+# 8x256x256 61 / 125 us, 64x128x64 57 / 81; 128^3 163 / 174; 32x256x256 193 / 170; 96x192x192
+# 311 / 258.
+HALF_WIDEN_HERE_MAX = 1 << 20
+
 # Batches of smaller bfloat16 products, of at least this many multiply-adds in all, are widened
 # to float32 whole, multiplied on the micro-kernel and narrowed: three launches for the batch.
 # (float16's narrowing costs more: its batches keep the own kernels, which widen as they read.)

@@ -525,6 +525,25 @@ def test_half_panels_on_one_and_two_threads_follow_the_chain_in_float32(
     assert_same_values(got, want)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_widened_halves_follow_the_chain_in_float32(monkeypatch, dtype, threads):
+    """A mid-size half product widened whole (past the direct kernel, short of the panels):
+    the float32 chain, rounded once, on any thread count and for any layout of A."""
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    rng = np.random.default_rng(23)
+    a, b = values(rng, (33, 90), dtype), values(rng, (90, 91), dtype)
+    assert half.widened_takes((), 33, 91, 90)
+    want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for x in (a, np.asfortranarray(a), a[::-1].copy()[::-1]):
+            assert_same_values(noo.matmul(x, b), want)
+    finally:
+        numba.set_num_threads(before)
+
+
 def test_bfloat16_batches_follow_the_chain_in_float32(paths, monkeypatch):
     """A batch of smaller bfloat16 products widened whole: the float32 chain of each element,
     rounded once; broadcast batches, a last strip shifted onto the one before."""

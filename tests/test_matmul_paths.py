@@ -336,11 +336,32 @@ def test_packed_long_k_integers(paths, rng, no_vector):
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 @pytest.mark.parametrize("layout", ["C", "F", "neg"])
 def test_packed_halves(paths, rng, no_pairs, dtype, layout):
-    # 70 x 65 x 70 > 2**18 multiply-adds; sizes off the 4x3 micro-tile and the k padding
-    a = operand(rng, (70, 65), dtype, layout)
-    b = operand(rng, (65, 70), dtype, layout)
+    # 7 x 650 x 70 > 2**18 multiply-adds, rows too few to widen; sizes off the 4x3 micro-tile
+    # and the k padding
+    a = operand(rng, (7, 650), dtype, layout)
+    b = operand(rng, (650, 70), dtype, layout)
     check(a, b)
     assert paths == ["packed"]
+
+
+# mid-size float16/bfloat16 products: widened whole on the calling thread, the float32 plan
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "neg", "step"])
+def test_widened_halves(paths, rng, no_pairs, dtype, layout):
+    # 70 x 65 x 71: past the direct kernel's 2**18 multiply-adds, short of the panels'
+    a = operand(rng, (70, 65), dtype, layout)
+    b = operand(rng, (65, 71), dtype, "F" if layout == "C" else layout)
+    check(a, b)
+    assert paths == ["widen", PANELS, "narrow"]
+    assert paths.places == ["here"] * 3  # (the product too, up to HALF_WIDEN_HERE_MAX)
+
+
+def test_widened_halves_multiply_on_the_pool_when_large(paths, rng, no_pairs, monkeypatch):
+    monkeypatch.setattr(tuning, "HALF_WIDEN_HERE_MAX", 0)
+    check(operand(rng, (70, 65), F16), operand(rng, (65, 71), F16))
+    assert paths == ["widen", PANELS, "narrow"]
+    want = "pool" if numba.config.NUMBA_NUM_THREADS > 1 and PANELS == "vector" else "here"
+    assert paths.places == ["here", want, "here"]
 
 
 def test_packed_half_batches_broadcast(paths, rng, no_pairs):

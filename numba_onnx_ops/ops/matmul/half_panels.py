@@ -7,20 +7,24 @@ is narrowed into the result with one rounding: "accumulate in float32, round onc
 micro-kernel does not apply (no AVX2 and FMA, or tiles narrower than a vector) numpy's sgemm
 multiplies the panels.  The panels of A and B are bounded whatever the operands' size; the
 float32 tiles of C grow as K gets shorter, up to the result's shape (see ``PANEL``).  Batches
-of smaller bfloat16 products are widened whole instead (``run_half_batch``).
+of smaller bfloat16 products are widened whole instead (``run_half_batch``), and so are single
+mid-size products of either type, on the calling thread (``widened_plan``).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 
 import numba
 import numpy as np
 
+from ... import tuning
 from ...core import plans
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
 from ...runtime import parallel
+from ...runtime.jit import serial_twin
 from . import blas, own
 from . import kernels as _k
 
@@ -100,6 +104,66 @@ def run_half_batch(a2, b2, batch, m, n, k, target) -> None:
     own.plan(af, bf, batch, m, n, k)(af, bf, cf)
     out = kernel_view(target)[0].reshape(-1)
     parallel.launch(_k.narrow_panel, cf.reshape(-1, n), kind, out, 0, n)
+
+
+def widened_takes(batch, m: int, n: int, k: int) -> bool:
+    """Whether ``widened_plan`` takes a half product: one matrix (no batch dimensions) of at
+    least ``tuning.HALF_WIDEN_MIN_ROWS`` rows and a vector of float32 columns, of more than
+    ``DIRECT_HALF_MAX_MNK`` multiply-adds (fewer go to the direct kernel, which widens as it
+    reads; from ``HALF_PANELS_MIN`` on the panels take it)."""
+    return (
+        not batch
+        and m >= tuning.HALF_WIDEN_MIN_ROWS
+        and own.vector_tile(_F32, n)[0] is not None
+        and m * n * k > tuning.DIRECT_HALF_MAX_MNK
+    )
+
+
+def widened_plan(a2, b2, m: int, n: int, k: int):
+    """The step ``step(a2, b2, target)`` of a half product that ``widened_takes``: both
+    operands widened to float32 whole on the calling thread (``widen_panels``'s serial twin,
+    any strides), the float32 product by its own plan (the micro-kernel, in the float products'
+    order; on the pool from ``tuning.HALF_WIDEN_HERE_MAX`` multiply-adds on), and the float32
+    result narrowed into ``target`` with one rounding: the panels' bits, in one panel each."""
+    kind = kernel_view(a2)[1]
+    here = m * n * k <= tuning.HALF_WIDEN_HERE_MAX
+    inner = own.plan(np.empty((m, k), _F32), np.empty((k, n), _F32), (), m, n, k, here)
+    # (a plan's operands share their layout and flags: their buffers' kind and indexing)
+    buffer_a, buffer_b = own.buffer_of(a2, pool=False), own.buffer_of(b2, pool=False)
+    _, aorg, (ars, acs) = flat_buffer(kernel_view(a2)[0])
+    _, borg, (brs, bcs) = flat_buffer(kernel_view(b2)[0])
+    entries = []  # (the twins' compiled entries for this plan's types, from its first call)
+
+    def step(a2, b2, target):
+        scratch = _scratch(m * k + k * n + m * n)
+        af = scratch[: m * k].reshape(m, k)
+        bf = scratch[m * k : m * k + k * n].reshape(k, n)
+        cf = scratch[m * k + k * n : m * k + k * n + m * n].reshape(m, n)
+        widening = buffer_a(a2), aorg, ars, acs, af, buffer_b(b2), borg, brs, bcs, bf, kind
+        narrowing = cf, kind, kernel_view(target)[0].reshape(-1), 0, n
+        if not entries:
+            entries[:] = (
+                parallel.here_entry(serial_twin(_k.widen_panels), *widening),
+                parallel.here_entry(serial_twin(_k.narrow_panel), *narrowing),
+            )
+        entries[0](*widening)
+        inner(af, bf, cf)
+        entries[1](*narrowing)
+
+    return step
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(size: int) -> np.ndarray:
+    """This thread's float32 buffer of at least ``size`` elements, kept from call to call: a
+    fresh array of some hundred KiB faults its pages in on every call, which cost ten times
+    the widening itself (float16 32x256x256 on AMD Zen 3: 125 against 13 us a call)."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < size:
+        buf = _SCRATCH.buf = np.empty(size, _F32)
+    return buf
 
 
 def half_batch_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:

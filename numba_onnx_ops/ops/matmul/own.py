@@ -32,13 +32,15 @@ def run(a, b, batch, m, n, k, target) -> None:
     plan(a, b, batch, m, n, k)(a, b, target)
 
 
-def plan(a, b, batch, m, n, k):
+def plan(a, b, batch, m, n, k, here: bool = False):
     """How the own kernels multiply operands of ``a``'s and ``b``'s dtype, shape, strides and
     flags: a function ``step(a, b, target)`` that fills a C-contiguous ``target``.  The kernel,
     its block sizes and the batch offsets are chosen here, once; a step takes the operands'
     memory and runs the kernel, on the calling thread for products of at most
     ``tuning.MATMUL_HERE_MAX`` multiply-adds (their serial twins, ``jit.serial_twin``), else on
-    the pool (``MATMUL_HERE_MAX_INT64`` for 64-bit integers)."""
+    the pool (``MATMUL_HERE_MAX_INT64`` for 64-bit integers); with ``here``, on the calling
+    thread whatever their size (operands that the calling thread has just written, which the
+    pool's other cores would fetch from its cache)."""
     nbatch = math.prod(batch)
     av, kind = kernel_view(a)
     bv, _ = kernel_view(b)
@@ -76,7 +78,7 @@ def plan(a, b, batch, m, n, k):
             out = t.reshape(nbatch, m)
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, k, 256, acc
 
-        return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m)
+        return _step(_k.matmul_rows_dot, args, a, b, nbatch * m * k, nbatch * m, here)
     row_tile = vector_tile(a.dtype, n)[0] if m == 1 and by_columns else None
     if row_tile is not None:
         # one row by B's columns: each element's chain over B's column, in registers
@@ -88,7 +90,7 @@ def plan(a, b, batch, m, n, k):
         def args(ab, bb, t):
             return ab, a_off, a_cs, bb, b_off, b_cs, t.reshape(nbatch, n), n, k, chunks, tile
 
-        return _step(_k.matmul_row_columns, args, a, b, nbatch * n * k, nbatch * n)
+        return _step(_k.matmul_row_columns, args, a, b, nbatch * n * k, nbatch * n, here)
     if m == 1 and not by_columns:  # vector-matrix: rows of B scaled and added
         # One band of columns per thread that runs it (the threads of the call, on the pool:
         # ``numba.set_num_threads`` may change them, so they are read at each call), of at most
@@ -112,7 +114,7 @@ def plan(a, b, batch, m, n, k):
                 out, cols = t.reshape(nbatch, n), band(threads_now())
                 return ab, a_off, a_cs, bb, b_off, b_rs, b_cs, kind, out, n, k, cols, acc
 
-        return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n)
+        return _step(_k.matmul_cols_axpy, args, a, b, nbatch * n * k, nbatch * n, here)
     work = nbatch * m * n * k
     whole = whole_function(a.dtype, m, n, k) if a_cs == b_cs == 1 else None
     if whole is None and floats:
@@ -126,7 +128,7 @@ def plan(a, b, batch, m, n, k):
         def args(ab, bb, t):
             return ab, a_off, a_rs, bb, b_off, b_rs, t.reshape(nbatch, m, n), chunks, whole
 
-        return _step(_k.matmul_whole, args, a, b, work, nbatch * m * n)
+        return _step(_k.matmul_whole, args, a, b, work, nbatch * m * n, here)
     tile, nr = vector_tile(a.dtype, n) if b_cs == 1 or by_columns else (None, 0)
     if tile is not None:
         tile, nr = few_rows_tile(a.dtype, m, n, k, b_rs, tile, nr)
@@ -158,7 +160,7 @@ def plan(a, b, batch, m, n, k):
                         chunks, tile, pack)  # fmt: skip
 
             work = nbatch * m * n * kk
-            steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n))
+            steps.append(_step(_k.matmul_vector, args, a, b, work, nbatch * m * n, here))
         return steps[0] if len(steps) == 1 else _in_turn(steps)
     if b_cs == 1 and lanes <= n < 2 * lanes and max(m, k) <= tuning.SMALL_MAX_MK:
 
@@ -166,7 +168,7 @@ def plan(a, b, batch, m, n, k):
             out = t.reshape(nbatch, m, n)
             return ab, a_off, a_rs, a_cs, bb, b_off, b_rs, kind, out, m, n, k, acc
 
-        return _step(_k.matmul_small, args, a, b, work, nbatch * m * n)
+        return _step(_k.matmul_small, args, a, b, work, nbatch * m * n, here)
     if k <= tuning.DIRECT_KMAX and (kind == NATIVE or m * n * k <= tuning.DIRECT_HALF_MAX_MNK):
         items = nbatch * -(-n // (2 * lanes))
         chunks = min(items, 4 * _NTHREADS)
@@ -176,7 +178,7 @@ def plan(a, b, batch, m, n, k):
             return (ab, a_off, a_rs, a_cs, bb, b_off, b_rs, b_cs, kind, out, m, n, k, chunks,
                     acc)  # fmt: skip
 
-        return _step(_k.matmul_direct, args, a, b, work, nbatch * m * n)
+        return _step(_k.matmul_direct, args, a, b, work, nbatch * m * n, here)
     blocks = packed_blocks(acc.itemsize, nbatch, m, n, k)
 
     def args(ab, bb, t):
@@ -184,7 +186,7 @@ def plan(a, b, batch, m, n, k):
         return (ab, a_off, a_rs, a_cs, bb, b_off, b_rs, b_cs, kind, out, m, n, k, *blocks,
                 acc)  # fmt: skip
 
-    return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n)
+    return _step(_k.matmul_packed, args, a, b, work, nbatch * m * n, here)
 
 
 def stacked_rows(a_off: np.ndarray, a_rs: int, b_off: np.ndarray, m: int) -> int | None:
@@ -425,10 +427,11 @@ def _with_unit_columns(a, b, batch, m, n, k):
     return lambda a, b, target: inner(a, np.ascontiguousarray(b), target)
 
 
-def _step(kernel, args, a, b, work: int, size: int):
+def _step(kernel, args, a, b, work: int, size: int, here: bool = False):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
     kernel view)``: for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
-    ``MATMUL_HERE_MAX_INT64``) multiply-adds on the calling thread (``_here_step``), else on
+    ``MATMUL_HERE_MAX_INT64``) multiply-adds, or with ``here``, on the calling thread
+    (``_here_step``), else on
     the own pool (``_on_own_pool``) or numba's (``_on_layer``), with the pool's read-only
     buffers (one signature per dtype; the own pool's runner, once made, takes the flat
     operands themselves).  A pool step called where parallel loops run on one
@@ -437,7 +440,7 @@ def _step(kernel, args, a, b, work: int, size: int):
     twin run alone through the runner on a 64x128x64 product)."""
     kind = kernel_view(a)[0].dtype
     native = kind == a.dtype  # (else a half type, viewed as its bits)
-    if runs_here(a.dtype, work):
+    if here or runs_here(a.dtype, work):
         return _here_step(kernel, args, a, b, size)
     buffer_a, buffer_b = buffer_of(a, pool=True), buffer_of(b, pool=True)
     if own_pool():
