@@ -38,9 +38,9 @@ HALF_PANELS_MIN = 192**3
 # widened in us, 1 thread and 2: float16 32x256x256 301 / 196 and 356 / 140; 64x128x64 75 / 56
 # and 82 / 54; 128^3 266 / 159 and 202 / 171; 8x256x256 177 / 62 and 187 / 64; bfloat16
 # 32x256x256 231 / 206 and 245 / 223; 64x128x64 72 / 59 and 80 / 58; 8x256x256 96 / 68 and 103
-# / 65.  Fewer rows widen a B that the product reads once: float16 4x512x512 589 / 592 and 327
-# / 325.  At most DIRECT_HALF_MAX_MNK the direct kernel, which widens as it reads, stays ahead:
-# float16 64^3 39 / 42 us, 32x64x64 24 / 30 on 1 thread.
+# / 65.  Fewer rows widen a B that the product reads once: float16 4x512x512 607 / 626 and 369
+# / 703 (the product on the pool).  At most DIRECT_HALF_MAX_MNK the direct kernel, which widens
+# as it reads, stays ahead: float16 64^3 39 / 42 us, 32x64x64 24 / 30 on 1 thread.
 HALF_WIDEN_MIN_ROWS = 8
 # The float32 product of those widened operands runs on the calling thread, which has just
 # written them, up to this many multiply-adds: on the pool the other core fetched them from the

@@ -431,10 +431,9 @@ def _step(kernel, args, a, b, work: int, size: int, here: bool = False):
     """The step of ``plan`` that runs ``kernel`` with ``args(a's buffer, b's buffer, target's
     kernel view)``: for at most ``tuning.MATMUL_HERE_MAX`` (64-bit integers:
     ``MATMUL_HERE_MAX_INT64``) multiply-adds, or with ``here``, on the calling thread
-    (``_here_step``), else on
-    the own pool (``_on_own_pool``) or numba's (``_on_layer``), with the pool's read-only
-    buffers (one signature per dtype; the own pool's runner, once made, takes the flat
-    operands themselves).  A pool step called where parallel loops run on one
+    (``_here_step``), else on the own pool (``_on_own_pool``) or numba's (``_on_layer``), with
+    the pool's read-only buffers (one signature per dtype; the own pool's runner, once made,
+    takes the flat operands themselves).  A pool step called where parallel loops run on one
     thread (``numba.set_num_threads(1)``) runs the calling thread's step instead, made on first
     need: the same order, without the launch (on the own pool, a microsecond less than its
     twin run alone through the runner on a 64x128x64 product)."""
