@@ -11,6 +11,7 @@ panels follow the same chain in float32 and round once.
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import importlib
 import math
@@ -542,6 +543,28 @@ def test_widened_halves_follow_the_chain_in_float32(monkeypatch, dtype, threads)
             assert_same_values(noo.matmul(x, b), want)
     finally:
         numba.set_num_threads(before)
+
+
+def test_widened_halves_from_several_threads_in_any_order_of_sizes(monkeypatch):
+    """Each thread widens into a scratch buffer of its own, kept from call to call and grown
+    as needed: products of several sizes, in turns and from four threads at once, each the
+    float32 chain rounded once."""
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    rng = np.random.default_rng(29)
+    cases = []
+    for m, k, n in [(33, 90, 91), (64, 130, 72), (9, 300, 100), (33, 90, 91)]:
+        assert half.widened_takes((), m, n, k)
+        a, b = values(rng, (m, k), F16), values(rng, (k, n), F16)
+        cases.append((a, b, round_to_format(matmul_fma_chain(a, b, F32), F16)))
+
+    def calls(turn):
+        for a, b, want in cases[turn % 4 :] + cases[: turn % 4]:
+            assert_same_values(noo.matmul(a, b), want)
+        return True
+
+    assert calls(0)
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        assert all(ex.map(calls, range(8), timeout=300))
 
 
 def test_bfloat16_batches_follow_the_chain_in_float32(paths, monkeypatch):
