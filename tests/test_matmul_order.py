@@ -531,6 +531,8 @@ def test_half_panels_on_one_and_two_threads_follow_the_chain_in_float32(
 def test_widened_halves_follow_the_chain_in_float32(monkeypatch, dtype, threads):
     """A mid-size half product widened whole (past the direct kernel, short of the panels):
     the float32 chain, rounded once, on any thread count and for any layout of A."""
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: the packed kernel takes these")
     monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
     rng = np.random.default_rng(23)
     a, b = values(rng, (33, 90), dtype), values(rng, (90, 91), dtype)
@@ -549,6 +551,8 @@ def test_widened_halves_from_several_threads_in_any_order_of_sizes(monkeypatch):
     """Each thread widens into a scratch buffer of its own, kept from call to call and grown
     as needed: products of several sizes, in turns and from four threads at once, each the
     float32 chain rounded once."""
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: the packed kernel takes these")
     monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
     rng = np.random.default_rng(29)
     cases = []
