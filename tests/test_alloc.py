@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import concurrent.futures
+import gc
+import threading
+import weakref
 
 import numpy as np
 import pytest
 
 import numba_onnx_ops as nox
 from numba_onnx_ops import tuning
+from numba_onnx_ops.ops.matmul import own
 from numba_onnx_ops.runtime import memory as _alloc
 
 BIG = (tuning.POOL_MIN_BYTES // 4 // 1000 + 1, 1000)  # just over the pool threshold in float32
@@ -95,3 +99,54 @@ def test_out_overlapping_an_input_goes_through_the_pool_safely():
     x = np.full(BIG, 3.0, np.float32)
     nox.pow(x, 2.0, out=x)
     assert np.all(x == 9.0)
+
+
+def _kept_buffers() -> list:
+    return [kept.buf for kept in list(_alloc._kept) if kept.buf is not None]
+
+
+def _half_product(rng) -> tuple:
+    """A float16 product whose float32 copies go through a thread's kept scratch buffer, and
+    numpy's float32 product of the same operands (exact: small integers)."""
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: these products take no scratch")
+    a = rng.integers(-3, 4, (32, 256)).astype(np.float16)
+    b = rng.integers(-3, 4, (256, 256)).astype(np.float16)
+    return nox.matmul(a, b), (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
+
+
+def test_release_memory_drops_the_scratch_threads_keep():
+    rng = np.random.default_rng(5)
+    computed, released = threading.Event(), threading.Event()
+    got = {}
+
+    def worker():
+        got["first"] = _half_product(rng)
+        computed.set()
+        released.wait(30)
+        got["again"] = _half_product(rng)  # a fresh buffer, the same results
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    computed.wait(30)
+    _half_product(rng)
+    kept = [weakref.ref(buf) for buf in _kept_buffers()]
+    assert len(kept) == 2, "the calling thread's buffer and the worker's"
+    nox.release_memory()
+    assert _kept_buffers() == []
+    gc.collect()
+    assert [ref() for ref in kept] == [None, None]
+    released.set()
+    thread.join()
+    for computed_, expected in (got["first"], got["again"]):
+        assert np.array_equal(computed_, expected)
+
+
+def test_a_finished_threads_scratch_goes_with_it():
+    rng = np.random.default_rng(6)
+    nox.release_memory()
+    thread = threading.Thread(target=_half_product, args=(rng,))
+    thread.start()
+    thread.join()
+    gc.collect()
+    assert _kept_buffers() == []

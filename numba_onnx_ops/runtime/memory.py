@@ -10,7 +10,8 @@ How: the pool keeps a reference to each large block it hands out (at most ``_MAX
 block whose only references are the pool's is free: the caller has dropped every array that
 viewed it.  A call needing about the same size reuses a free block; free blocks of other sizes
 are released at that point.  So the memory held beyond the caller's live arrays is at most the
-results of recent calls that were dropped since; ``release_memory()`` gives it back at once.
+results of recent calls that were dropped since; ``release_memory()`` gives it back at once,
+with the scratch buffers threads keep from call to call (``scratch``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import math
 import sys
 import threading
+import weakref
 
 import numpy as np
 
@@ -73,12 +75,47 @@ def empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
         return block[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
+class _Kept:
+    """One thread's kept scratch buffer (``scratch``)."""
+
+    __slots__ = ("buf", "__weakref__")
+
+    def __init__(self):
+        self.buf = None
+
+
+_thread = threading.local()
+_kept: weakref.WeakSet = weakref.WeakSet()  # every live thread's ``_Kept``
+
+
+def scratch(size: int, dtype: np.dtype, keep: int) -> np.ndarray:
+    """An uninitialized buffer of at least ``size`` elements of ``dtype``: up to ``keep``
+    elements, the calling thread's own, kept from call to call (a fresh one faults its pages in
+    on every call) until the thread ends or ``release_memory()`` drops it; a larger one fresh.
+    A thread holds one kept buffer, of one dtype, at a time."""
+    if size > keep:
+        return np.empty(size, dtype)
+    kept = getattr(_thread, "kept", None)
+    if kept is None:
+        kept = _thread.kept = _Kept()
+        with _lock:
+            _kept.add(kept)
+    buf = kept.buf
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = kept.buf = np.empty(size, dtype)
+    return buf
+
+
 def release_memory() -> None:
     """Give the memory of dropped large results back to the system now.
 
     Results of 32 MiB or more are carved from blocks that are kept after the caller drops the
     result, so that the next call of about that size does not pay for fresh pages.  Arrays
-    still alive are not affected.
+    still alive are not affected.  The scratch buffers that threads keep for their next call
+    (up to 8 MiB each, for float16/bfloat16 products) are dropped too: a call running meanwhile
+    keeps its own until it returns.
     """
     with _lock:
         _blocks[:] = [b for b, free in zip(_blocks, _free_flags(_blocks, _FREE_REFS)) if not free]
+        for kept in list(_kept):
+            kept.buf = None

@@ -14,7 +14,6 @@ mid-size products of either type, on the calling thread (``widened_plan``).
 from __future__ import annotations
 
 import math
-import threading
 
 import numba
 import numpy as np
@@ -23,7 +22,7 @@ from ... import tuning
 from ...core import plans
 from ...core.broadcast import flat_buffer
 from ...core.dtypes import kernel_view
-from ...runtime import parallel
+from ...runtime import memory, parallel
 from ...runtime.jit import serial_twin
 from . import blas, own
 from . import kernels as _k
@@ -154,24 +153,19 @@ def widened_plan(a2, b2, m: int, n: int, k: int):
     return step
 
 
-_SCRATCH = threading.local()
 SCRATCH_KEEP = 1 << 21  # float32 elements (8 MiB): a thread keeps a buffer up to this size
 
 
 def _scratch(size: int) -> np.ndarray:
     """A float32 buffer of at least ``size`` elements: up to ``SCRATCH_KEEP``, this thread's,
-    kept from call to call.  A fresh array of some hundred KiB faults its pages in on every
-    call, which cost ten times the widening itself (float16 32x256x256 on AMD Zen 3: 125
-    against 13 us a call), and the 4 MiB of a 512^3 product's panels 6% of the product
-    (float16 on one thread, medians of 9 alternated rounds: 4.53 against 4.27 ms; bfloat16
-    4.50 against 4.21).  Larger ones, of products that take tens of milliseconds, are not kept
-    (float16 1024^3, 16 MiB: 26.5 fresh, 27.2 ms kept, within the noise)."""
-    if size > SCRATCH_KEEP:
-        return np.empty(size, _F32)
-    buf = getattr(_SCRATCH, "buf", None)
-    if buf is None or buf.size < size:
-        buf = _SCRATCH.buf = np.empty(size, _F32)
-    return buf
+    kept from call to call (``memory.scratch``; ``release_memory()`` drops it).  A fresh array
+    of some hundred KiB faults its pages in on every call, which cost ten times the widening
+    itself (float16 32x256x256 on AMD Zen 3: 125 against 13 us a call), and the 4 MiB of a
+    512^3 product's panels 6% of the product (float16 on one thread, medians of 9 alternated
+    rounds: 4.53 against 4.27 ms; bfloat16 4.50 against 4.21).  Larger ones, of products that
+    take tens of milliseconds, are not kept (float16 1024^3, 16 MiB: 26.5 fresh, 27.2 ms kept,
+    within the noise)."""
+    return memory.scratch(size, _F32, SCRATCH_KEEP)
 
 
 def half_batch_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
