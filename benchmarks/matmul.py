@@ -214,6 +214,9 @@ class MatMulFewRows(ForcedTuning):
 HALF_MID = {
     f"{m}x{k}x{n}": ((m, k), (k, n))
     for m, k, n in [(32, 256, 256), (64, 128, 64), (128, 128, 128), (8, 256, 256), (4, 512, 512)]
+} | {
+    f"{b}x{m}x{k}x{n}": ((b, m, k), (b, k, n))
+    for b, m, k, n in [(2, 128, 64, 128), (4, 32, 256, 256)]
 }  # fmt: skip
 
 
@@ -221,7 +224,8 @@ class MatMulHalfWidened(ForcedTuning):
     """float16 and bfloat16 products of mid size on the packed kernel, which widens as it packs
     (``tuning.HALF_WIDEN_MIN_ROWS`` past any row count), and as tuned: widened to float32 whole
     on the calling thread, the float32 plan, narrowed (``half_panels.widened_plan``), side by
-    side.  (4x512x512 has fewer rows than the tuned value: the packed kernel either way.)"""
+    side, alone and in batches.  (4x512x512 has fewer rows than the tuned value: the packed
+    kernel either way.)"""
 
     params = (["float16", "bfloat16"], list(HALF_MID), ["packed", "tuned"])
     param_names = ("dtype", "shapes", "path")

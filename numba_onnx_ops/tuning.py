@@ -29,11 +29,12 @@ OWN_MAX_MNK = {_F32: 48**3, _F64: 16**3}
 # panels; below it the panel steps per matrix cost more than they save.
 HALF_PANELS_MIN = 192**3
 
-# Single float16/bfloat16 products of more than DIRECT_HALF_MAX_MNK multiply-adds (and fewer
-# than HALF_PANELS_MIN) and at least HALF_WIDEN_MIN_ROWS rows (and a vector of float32 columns)
-# are widened to float32 whole on the calling thread, multiplied by the float32 product's plan
-# and narrowed (``half_panels.widened_plan``), where the packed kernel's scalar blocks ran them
-# at a fraction of the micro-kernel's speed (benchmarks/matmul.py, MatMulHalfWidened).  AMD Zen
+# float16/bfloat16 products of more than DIRECT_HALF_MAX_MNK multiply-adds a matrix (and fewer
+# than HALF_PANELS_MIN) and at least HALF_WIDEN_MIN_ROWS rows (and a vector of float32 columns),
+# alone or in batches, are widened to float32 whole on the calling thread, multiplied by the
+# float32 product's plan and narrowed (``half_panels.widened_plan``), where the packed kernel's
+# scalar blocks ran them at a fraction of the micro-kernel's speed (benchmarks/matmul.py,
+# MatMulHalfWidened; the batches: docs/design.md, "Half types").  AMD Zen
 # 3 (avx2 fma f16c), the two sides alternated in one process, medians of 11 rounds, packed /
 # widened in us, 1 thread and 2: float16 32x256x256 301 / 196 and 356 / 140; 64x128x64 75 / 56
 # and 82 / 54; 128^3 266 / 159 and 202 / 171; 8x256x256 177 / 62 and 187 / 64; bfloat16
@@ -49,9 +50,12 @@ HALF_WIDEN_MIN_ROWS = 8
 # 311 / 258.
 HALF_WIDEN_HERE_MAX = 1 << 20
 
-# Batches of smaller bfloat16 products, of at least this many multiply-adds in all, are widened
-# to float32 whole, multiplied on the micro-kernel and narrowed: three launches for the batch.
-# (float16's narrowing costs more: its batches keep the own kernels, which widen as they read.)
+# Batches of smaller bfloat16 products (at most DIRECT_HALF_MAX_MNK a matrix), of at least this
+# many multiply-adds in all, are widened to float32 whole, multiplied on the micro-kernel and
+# narrowed (``half_panels.widened_plan``, which takes larger ones at any count).  Zen 3, own
+# kernels / widened, 1 thread and 2: bfloat16 16 x 64^3 739 / 346 and 1095 / 300 us; below it,
+# 16 x 32x64x32 164 / 109 and 90 / 131, 256 x 16^3 237 / 271 and 130 / 264.  float16's batches
+# of these keep the own kernels, which widen as they read: 256 x 32^3 1124 / 1057 and 689 / 856.
 HALF_BATCH_MIN = 1 << 22
 
 # bfloat16 products of at least PAIRS_MIN_MNK multiply-adds per matrix and PAIRS_MIN_N columns

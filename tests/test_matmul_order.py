@@ -536,7 +536,7 @@ def test_widened_halves_follow_the_chain_in_float32(monkeypatch, dtype, threads)
     monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
     rng = np.random.default_rng(23)
     a, b = values(rng, (33, 90), dtype), values(rng, (90, 91), dtype)
-    assert half.widened_takes((), 33, 91, 90)
+    assert half.widened_takes(a, b, (), 33, 91, 90)
     want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
     before = numba.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -545,6 +545,34 @@ def test_widened_halves_follow_the_chain_in_float32(monkeypatch, dtype, threads)
             assert_same_values(noo.matmul(x, b), want)
     finally:
         numba.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+@pytest.mark.parametrize("threads", [1, 2])
+def test_widened_half_batches_follow_the_chain_in_float32(monkeypatch, dtype, threads):
+    """Mid-size half products in a batch, widened whole: the float32 chain, rounded once, the
+    bits of each matrix alone, on any thread count, for a broadcast batch and operands of any
+    layout (copied C-contiguous first)."""
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: the packed kernel takes these")
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    rng = np.random.default_rng(31)
+    a, b = values(rng, (2, 1, 40, 90), dtype), values(rng, (3, 90, 91), dtype)
+    assert half.widened_takes(a, b, (2, 3), 40, 91, 90)
+    want = round_to_format(matmul_fma_chain(a, b, F32), dtype)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        for x, y in [
+            (a, b),
+            (np.asfortranarray(a), b),
+            (a, np.ascontiguousarray(b.transpose(0, 2, 1)).transpose(0, 2, 1)),
+        ]:
+            assert_same_values(noo.matmul(x, y), want)
+        alone = noo.matmul(a[1, 0], b[2])
+    finally:
+        numba.set_num_threads(before)
+    assert_same_values(alone, want[1, 2])
 
 
 def test_widened_halves_from_several_threads_in_any_order_of_sizes(monkeypatch):
@@ -557,8 +585,8 @@ def test_widened_halves_from_several_threads_in_any_order_of_sizes(monkeypatch):
     rng = np.random.default_rng(29)
     cases = []
     for m, k, n in [(33, 90, 91), (64, 130, 72), (9, 300, 100), (33, 90, 91)]:
-        assert half.widened_takes((), m, n, k)
         a, b = values(rng, (m, k), F16), values(rng, (k, n), F16)
+        assert half.widened_takes(a, b, (), m, n, k)
         cases.append((a, b, round_to_format(matmul_fma_chain(a, b, F32), F16)))
 
     def calls(turn):

@@ -369,15 +369,34 @@ def test_widened_halves_multiply_on_the_pool_when_large(paths, rng, no_pairs, mo
 
 
 def test_packed_half_batches_broadcast(paths, rng, no_pairs):
-    a = operand(rng, (2, 1, 67, 73), BF16)
-    b = operand(rng, (3, 73, 61), BF16)
+    # fewer rows than the widened path takes (HALF_WIDEN_MIN_ROWS)
+    a = operand(rng, (2, 1, 7, 300), BF16)
+    b = operand(rng, (3, 300, 130), BF16)
     check(a, b)
     assert paths == ["packed"]
+
+
+# batches of mid-size half products: widened whole (operands of other layouts copied
+# C-contiguous first), one float32 batch on the calling thread, narrowed
+@pytest.mark.parametrize("dtype", HALVES, ids=str)
+@pytest.mark.parametrize("layout", ["C", "F", "step"])
+def test_widened_half_batches(paths, rng, no_pairs, dtype, layout):
+    # 67 x 73 x 61: past the direct kernel's 2**18 multiply-adds a matrix, short of the panels'
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: the packed kernel takes these")
+    a = operand(rng, (2, 1, 67, 73), dtype, layout)
+    b = operand(rng, (3, 73, 61), dtype, "C" if layout == "F" else layout)
+    check(a, b)
+    assert paths == ["widen", PANELS, "narrow"]
+    # (six products: past HALF_WIDEN_HERE_MAX in all, the float32 batch goes to the pool)
+    want = "pool" if numba.config.NUMBA_NUM_THREADS > 1 else "here"
+    assert paths.places == ["here", want, "here"]
 
 
 def test_packed_k_blocks(paths, rng, monkeypatch):
     # force several K blocks, M and N chunks with a small block choice
     monkeypatch.setattr(own, "packed_blocks", lambda item, nb, m, n, k: (37, 26, 40, 8))
+    monkeypatch.setattr(tuning, "HALF_WIDEN_MIN_ROWS", 1 << 62)  # (else widened whole)
     a = operand(rng, (2, 75, 130), F16)
     b = operand(rng, (2, 130, 53), F16)
     check(a, b)
@@ -563,8 +582,9 @@ def test_bf16_pairs_default_sizes(paths, rng, monkeypatch):
 
 @pytest.mark.parametrize("dtype", HALVES, ids=str)
 def test_bf16_batches_widened_whole(no_pairs, paths, rng, monkeypatch, dtype):
-    # bfloat16 batches from HALF_BATCH_MIN multiply-adds: widened whole, one product, narrowed;
-    # float16 keeps the own kernels, as do batches below it and operands with strides
+    # batches of smaller bfloat16 products from HALF_BATCH_MIN multiply-adds: widened whole,
+    # one product, narrowed; float16 keeps the own kernels, as do batches below it and
+    # operands with strides
     a, b = operand(rng, (4, 40, 33), dtype), operand(rng, (4, 33, 24), dtype)
     monkeypatch.setattr(tuning, "HALF_BATCH_MIN", 4 * 40 * 33 * 24)
     check(a, b)

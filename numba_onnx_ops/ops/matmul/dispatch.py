@@ -143,21 +143,15 @@ def _run_own_paths(a2, b2, batch, m, n, k, target) -> None:
 def _own_paths(a2, b2, batch, m, n, k):
     """The step (``step(a2, b2, target)``) of a product of 2-D-promoted operands that numpy's
     BLAS does not take as they are: half types on pairs or panels where large, widened whole
-    where mid-size, batches of smaller bfloat16 products widened whole, else the own kernels
-    (``own.plan``)."""
+    where mid-size (alone or in batches) and in batches of smaller bfloat16 products, else the
+    own kernels (``own.plan``)."""
     dt = a2.dtype
     if is_bfloat16(dt) and bf16_pairs.pairs_win(m, n, k):
         return bf16_pairs.plan(a2, b2, batch, m, n, k)
     if dt.itemsize == 2 and half_panels_win(m, n, k):
         return lambda a2, b2, target: half_panels.run_half_panels(a2, b2, batch, m, n, k, target)
-    if dt.itemsize == 2 and half_panels.widened_takes(batch, m, n, k):
-        return half_panels.widened_plan(a2, b2, m, n, k)
-    if (
-        is_bfloat16(dt)
-        and math.prod(batch) * m * n * k >= tuning.HALF_BATCH_MIN
-        and half_panels.half_batch_takes(a2, b2, batch, m, n, k)
-    ):
-        return lambda a2, b2, target: half_panels.run_half_batch(a2, b2, batch, m, n, k, target)
+    if dt.itemsize == 2 and half_panels.widened_takes(a2, b2, batch, m, n, k):
+        return half_panels.widened_plan(a2, b2, batch, m, n, k)
     return own.plan(a2, b2, batch, m, n, k)
 
 

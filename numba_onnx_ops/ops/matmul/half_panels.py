@@ -6,9 +6,9 @@ element one chain of fused multiply-adds over k, continued across K's panels), a
 is narrowed into the result with one rounding: "accumulate in float32, round once".  Where the
 micro-kernel does not apply (no AVX2 and FMA, or tiles narrower than a vector) numpy's sgemm
 multiplies the panels.  The panels of A and B are bounded whatever the operands' size; the
-float32 tiles of C grow as K gets shorter, up to the result's shape (see ``PANEL``).  Batches
-of smaller bfloat16 products are widened whole instead (``run_half_batch``), and so are single
-mid-size products of either type, on the calling thread (``widened_plan``).
+float32 tiles of C grow as K gets shorter, up to the result's shape (see ``PANEL``).  Mid-size
+products, alone or in batches, and batches of smaller bfloat16 products are widened whole
+instead, each operand in one pass (``widened_plan``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from ... import tuning
 from ...core import plans
 from ...core.broadcast import flat_buffer
-from ...core.dtypes import kernel_view
+from ...core.dtypes import is_bfloat16, kernel_view
 from ...runtime import memory, parallel
 from ...runtime.jit import serial_twin
 from . import blas, own
@@ -38,7 +38,7 @@ _F32 = np.dtype(np.float32)
 PANEL = 1 << 20
 PANEL_MIN = 256  # the bound on a tile's rows and columns, however long K is
 PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, the sums continued
-BATCH_MAX = 1 << 23  # float32 elements of ``run_half_batch``'s copies (32 MiB)
+BATCH_MAX = 1 << 23  # float32 elements of a batch's copies in ``widened_plan`` (32 MiB)
 
 
 def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
@@ -84,61 +84,71 @@ def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
                 parallel.launch(_k.narrow_panel, cf, kind, out, bi * m * n + i0 * n + j0, n)
 
 
-def run_half_batch(a2, b2, batch, m, n, k, target) -> None:
-    """``target[...] = a2 @ b2`` for C-contiguous half operands of smaller matrices in a batch:
-    both widened to float32 whole (one launch), the float32 batch multiplied by the own
-    kernels (``own.plan``: the micro-kernel, in the float products' order), the float32 result
-    narrowed into ``target`` with one rounding (one launch): three launches for the batch, where
-    the panels take three a matrix."""
-    kind = kernel_view(a2)[1]
-    af = np.empty(a2.shape, _F32)
-    bf = np.empty(b2.shape, _F32)
-    abuf, aorg, _ = flat_buffer(kernel_view(a2)[0])
-    bbuf, borg, _ = flat_buffer(kernel_view(b2)[0])
-    parallel.launch(
-        _k.widen_panels, abuf, aorg, k, 1, af.reshape(-1, k), bbuf, borg, n, 1,
-        bf.reshape(-1, n), kind,
-    )  # fmt: skip
-    cf = np.empty(batch + (m, n), _F32)
-    own.plan(af, bf, batch, m, n, k)(af, bf, cf)
-    out = kernel_view(target)[0].reshape(-1)
-    parallel.launch(_k.narrow_panel, cf.reshape(-1, n), kind, out, 0, n)
-
-
-def widened_takes(batch, m: int, n: int, k: int) -> bool:
-    """Whether ``widened_plan`` takes a half product: one matrix (no batch dimensions) of at
-    least ``tuning.HALF_WIDEN_MIN_ROWS`` rows and a vector of float32 columns, of more than
-    ``DIRECT_HALF_MAX_MNK`` multiply-adds (fewer go to the direct kernel, which widens as it
-    reads; from ``HALF_PANELS_MIN`` on the panels take it)."""
+def widened_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
+    """Whether ``widened_plan`` takes a half product with a vector of float32 columns: one of
+    more than ``tuning.DIRECT_HALF_MAX_MNK`` multiply-adds a matrix (fewer go to the direct
+    kernel, which widens as it reads; from ``HALF_PANELS_MIN`` on the panels take it) and at
+    least ``tuning.HALF_WIDEN_MIN_ROWS`` rows, alone or in a batch; or a batch of smaller
+    bfloat16 products of C-contiguous operands, from ``tuning.HALF_BATCH_MIN`` multiply-adds in
+    all.  A batch's float32 copies take at most ``BATCH_MAX`` elements."""
+    if own.vector_tile(_F32, n)[0] is None:
+        return False
+    nbatch = math.prod(batch)
+    if batch and a2.size + b2.size + nbatch * m * n > BATCH_MAX:
+        return False
+    if m >= tuning.HALF_WIDEN_MIN_ROWS and m * n * k > tuning.DIRECT_HALF_MAX_MNK:
+        return True
     return (
-        not batch
-        and m >= tuning.HALF_WIDEN_MIN_ROWS
-        and own.vector_tile(_F32, n)[0] is not None
-        and m * n * k > tuning.DIRECT_HALF_MAX_MNK
+        bool(batch)
+        and is_bfloat16(a2.dtype)
+        and a2.flags.c_contiguous
+        and b2.flags.c_contiguous
+        and nbatch * m * n * k >= tuning.HALF_BATCH_MIN
     )
 
 
-def widened_plan(a2, b2, m: int, n: int, k: int):
+def widened_plan(a2, b2, batch, m: int, n: int, k: int):
     """The step ``step(a2, b2, target)`` of a half product that ``widened_takes``: both
-    operands widened to float32 whole on the calling thread (``widen_panels``'s serial twin,
-    any strides), the float32 product by its own plan (the micro-kernel, in the float products'
-    order; on the pool from ``tuning.HALF_WIDEN_HERE_MAX`` multiply-adds on), and the float32
-    result narrowed into ``target`` with one rounding: the panels' bits, in one panel each."""
+    operands widened to float32 whole (``widen_panels``: a matrix with any strides, a batch's
+    operands as matrices of all their rows, C-contiguous or copied so), the float32 product by
+    its own plan (the micro-kernel, in the float products' order), and the float32 result
+    narrowed into ``target`` with one rounding: the panels' bits, in one panel a matrix.  The
+    widening and the narrowing run on the calling thread (the twins), the product there too up
+    to ``tuning.HALF_WIDEN_HERE_MAX`` multiply-adds in all: the pool's other core would fetch
+    the operands just written from this core's cache.  (Widened on the pool, batches ran no
+    faster: AMD Zen 3, 2 threads, bfloat16 64 x 128x64x128 3.94 against 3.71 ms, 16 x 64^3
+    324 against 286 us.)"""
     kind = kernel_view(a2)[1]
-    here = m * n * k <= tuning.HALF_WIDEN_HERE_MAX
-    inner = own.plan(np.empty((m, k), _F32), np.empty((k, n), _F32), (), m, n, k, here)
+    nbatch = math.prod(batch)
+    copy_a = bool(batch) and not a2.flags.c_contiguous
+    copy_b = bool(batch) and not b2.flags.c_contiguous
+    if copy_a:  # (the copy's layout and flags, for the buffers below)
+        a2 = np.empty(a2.shape, a2.dtype)
+    if copy_b:
+        b2 = np.empty(b2.shape, b2.dtype)
+    rows_a, rows_b, rows_c = a2.size // k, b2.size // n, nbatch * m
+    here = nbatch * m * n * k <= tuning.HALF_WIDEN_HERE_MAX
+    inner = own.plan(np.empty(a2.shape, _F32), np.empty(b2.shape, _F32), batch, m, n, k, here)
     # (a plan's operands share their layout and flags: their buffers' kind and indexing; the
     # buffers read-only whatever the operands' flags, for one compiled widening)
     buffer_a, buffer_b = own.buffer_of(a2, pool=True), own.buffer_of(b2, pool=True)
-    _, aorg, (ars, acs) = flat_buffer(kernel_view(a2)[0])
-    _, borg, (brs, bcs) = flat_buffer(kernel_view(b2)[0])
+    if batch:  # (C-contiguous: all the rows, one after another)
+        aorg, ars, acs, borg, brs, bcs = 0, k, 1, 0, n, 1
+    else:
+        _, aorg, (ars, acs) = flat_buffer(kernel_view(a2)[0])
+        _, borg, (brs, bcs) = flat_buffer(kernel_view(b2)[0])
+    sizes = (rows_a * k, rows_b * n, rows_c * n)
     entries = []  # (the twins' compiled entries for this plan's types, from its first call)
 
     def step(a2, b2, target):
-        scratch = _scratch(m * k + k * n + m * n)
-        af = scratch[: m * k].reshape(m, k)
-        bf = scratch[m * k : m * k + k * n].reshape(k, n)
-        cf = scratch[m * k + k * n : m * k + k * n + m * n].reshape(m, n)
+        if copy_a:
+            a2 = np.ascontiguousarray(a2)
+        if copy_b:
+            b2 = np.ascontiguousarray(b2)
+        scratch = _scratch(sum(sizes))
+        af = scratch[: sizes[0]].reshape(rows_a, k)
+        bf = scratch[sizes[0] : sizes[0] + sizes[1]].reshape(rows_b, n)
+        cf = scratch[sizes[0] + sizes[1] : sum(sizes)].reshape(rows_c, n)
         widening = buffer_a(a2), aorg, ars, acs, af, buffer_b(b2), borg, brs, bcs, bf, kind
         narrowing = cf, kind, kernel_view(target)[0].reshape(-1), 0, n
         if not entries:
@@ -147,7 +157,7 @@ def widened_plan(a2, b2, m: int, n: int, k: int):
                 parallel.here_entry(serial_twin(_k.narrow_panel), *narrowing),
             )
         entries[0](*widening)
-        inner(af, bf, cf)
+        inner(af.reshape(a2.shape), bf.reshape(b2.shape), cf.reshape(target.shape))
         entries[1](*narrowing)
 
     return step
@@ -166,18 +176,6 @@ def _scratch(size: int) -> np.ndarray:
     take tens of milliseconds, are not kept (float16 1024^3, 16 MiB: 26.5 fresh, 27.2 ms kept,
     within the noise)."""
     return memory.scratch(size, _F32, SCRATCH_KEEP)
-
-
-def half_batch_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
-    """Whether ``run_half_batch`` takes a half product: a batch of C-contiguous operands,
-    N at least a vector of float32, and float32 copies of at most ``BATCH_MAX`` elements."""
-    return (
-        len(batch) > 0
-        and a2.flags.c_contiguous
-        and b2.flags.c_contiguous
-        and own.vector_tile(_F32, n)[0] is not None
-        and a2.size + b2.size + math.prod(batch) * m * n <= BATCH_MAX
-    )
 
 
 def _even(size: int, most: int) -> int:
