@@ -575,6 +575,31 @@ def test_widened_half_batches_follow_the_chain_in_float32(monkeypatch, dtype, th
     assert_same_values(alone, want[1, 2])
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=str)
+def test_widened_half_batches_in_groups_follow_the_chain(monkeypatch, dtype):
+    """A batch whose float32 copies would pass ``BATCH_MAX`` goes in groups of entries that
+    fit the scratch a thread keeps, the last one shorter: the same chain for a broadcast batch,
+    a B shared by the batch and an operand of another layout."""
+    if not own.vector_bits():
+        pytest.skip("no vector micro-kernel: the packed kernel takes these")
+    monkeypatch.setattr(pairs, "pairs_win", lambda m, n, k: False)
+    m, k, n = 40, 90, 91
+    monkeypatch.setattr(half, "BATCH_MAX", 4 * (m * k + k * n + m * n))  # (past four entries:)
+    monkeypatch.setattr(half, "SCRATCH_KEEP", 3 * (m * k + k * n + m * n))  # (groups of three)
+    grouped = []
+    in_groups = half._in_groups
+    monkeypatch.setattr(half, "_in_groups", lambda *args: grouped.append(1) or in_groups(*args))
+    plans.clear()
+    rng = np.random.default_rng(37)
+    a, b = values(rng, (2, 1, m, k), dtype), values(rng, (5, k, n), dtype)
+    flat, shared = values(rng, (10, m, k), dtype), values(rng, (k, n), dtype)
+    batched = values(rng, (10, k, n), dtype)
+    for x, y in [(a, b), (flat, shared), (np.asfortranarray(flat), batched)]:
+        want = round_to_format(matmul_fma_chain(x, y, F32), dtype)
+        assert_same_values(noo.matmul(x, y), want)
+    assert len(grouped) == 3
+
+
 def test_widened_halves_from_several_threads_in_any_order_of_sizes(monkeypatch):
     """Each thread widens into a scratch buffer of its own, kept from call to call and grown
     as needed: products of several sizes, in turns and from four threads at once, each the

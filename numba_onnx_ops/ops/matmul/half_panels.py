@@ -38,7 +38,12 @@ _F32 = np.dtype(np.float32)
 PANEL = 1 << 20
 PANEL_MIN = 256  # the bound on a tile's rows and columns, however long K is
 PANEL_KMAX = PANEL // PANEL_MIN  # K is walked in blocks beyond this, the sums continued
-BATCH_MAX = 1 << 23  # float32 elements of a batch's copies in ``widened_plan`` (32 MiB)
+# A batch in ``widened_plan`` whose float32 copies take more elements than this (32 MiB) goes in
+# groups of entries whose copies fit the scratch a thread keeps (``SCRATCH_KEEP``).  Groups of
+# batches up to it ran no faster than one fresh buffer (AMD Zen 3, one process, alternated,
+# medians of 9, float16 128 x 128x64x128 on 1 thread 8.36 ms in one, 9.66 in two groups;
+# bfloat16 8.58 / 8.73; on 2 threads 4.72 / 4.84 and 6.48 / 6.26).
+BATCH_MAX = 1 << 23
 
 
 def run_half_panels(a2, b2, batch, m, n, k, target) -> None:
@@ -90,11 +95,8 @@ def widened_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
     kernel, which widens as it reads; from ``HALF_PANELS_MIN`` on the panels take it) and at
     least ``tuning.HALF_WIDEN_MIN_ROWS`` rows, alone or in a batch; or a batch of smaller
     bfloat16 products of C-contiguous operands, from ``tuning.HALF_BATCH_MIN`` multiply-adds in
-    all.  A batch's float32 copies take at most ``BATCH_MAX`` elements."""
+    all."""
     if own.vector_tile(_F32, n)[0] is None:
-        return False
-    nbatch = math.prod(batch)
-    if batch and a2.size + b2.size + nbatch * m * n > BATCH_MAX:
         return False
     if m >= tuning.HALF_WIDEN_MIN_ROWS and m * n * k > tuning.DIRECT_HALF_MAX_MNK:
         return True
@@ -103,7 +105,7 @@ def widened_takes(a2, b2, batch, m: int, n: int, k: int) -> bool:
         and is_bfloat16(a2.dtype)
         and a2.flags.c_contiguous
         and b2.flags.c_contiguous
-        and nbatch * m * n * k >= tuning.HALF_BATCH_MIN
+        and math.prod(batch) * m * n * k >= tuning.HALF_BATCH_MIN
     )
 
 
@@ -117,9 +119,12 @@ def widened_plan(a2, b2, batch, m: int, n: int, k: int):
     to ``tuning.HALF_WIDEN_HERE_MAX`` multiply-adds in all: the pool's other core would fetch
     the operands just written from this core's cache.  (Widened on the pool, batches ran no
     faster: AMD Zen 3, 2 threads, bfloat16 64 x 128x64x128 3.94 against 3.71 ms, 16 x 64^3
-    324 against 286 us.)"""
+    324 against 286 us.)  A batch whose float32 copies would pass ``BATCH_MAX`` goes in groups
+    of entries (``_in_groups``)."""
     kind = kernel_view(a2)[1]
     nbatch = math.prod(batch)
+    if nbatch > 1 and a2.size + b2.size + nbatch * m * n > BATCH_MAX:
+        return _in_groups(a2, b2, batch, m, n, k)
     copy_a = bool(batch) and not a2.flags.c_contiguous
     copy_b = bool(batch) and not b2.flags.c_contiguous
     if copy_a:  # (the copy's layout and flags, for the buffers below)
@@ -159,6 +164,44 @@ def widened_plan(a2, b2, batch, m: int, n: int, k: int):
         entries[0](*widening)
         inner(af.reshape(a2.shape), bf.reshape(b2.shape), cf.reshape(target.shape))
         entries[1](*narrowing)
+
+    return step
+
+
+def _in_groups(a2, b2, batch, m: int, n: int, k: int):
+    """The step of ``widened_plan`` for a batch whose float32 copies would pass ``BATCH_MAX``:
+    its entries in groups whose copies fit the scratch the thread keeps (``SCRATCH_KEEP``), each
+    group's operands C-contiguous (a view of a C-contiguous operand's matrices; else copied
+    from its broadcast), one widened step a group.  A B of one matrix (``x @ W``) is widened
+    with every group.  Same bits: a group changes no element's chain."""
+    nbatch = math.prod(batch)
+    shared = b2.ndim == 2
+    per = m * k + m * n + (0 if shared else k * n)  # (an entry's copies)
+    size = max(1, (SCRATCH_KEEP - (k * n if shared else 0)) // per)
+    whole_a = a2.shape[:-2] == batch and a2.flags.c_contiguous  # (its matrices, as a view)
+    whole_b = shared or (b2.shape[:-2] == batch and b2.flags.c_contiguous)
+    steps = {}  # entries in a group -> its widened step
+
+    def group_step(count):
+        if count not in steps:
+            ga = np.empty((count, m, k), a2.dtype)
+            gb = np.empty((k, n) if shared else (count, k, n), b2.dtype)
+            steps[count] = widened_plan(ga, gb, (count,), m, n, k)
+        return steps[count]
+
+    def entries(x, whole, i0, i1, tail):
+        if whole:
+            return x.reshape((nbatch,) + tail)[i0:i1]
+        at = np.unravel_index(np.arange(i0, i1), batch)
+        return np.broadcast_to(x, batch + tail)[at]  # (a C-contiguous copy)
+
+    def step(a2, b2, target):
+        out = target.reshape(nbatch, m, n)
+        for i0 in range(0, nbatch, size):
+            i1 = min(nbatch, i0 + size)
+            ga = entries(a2, whole_a, i0, i1, (m, k))
+            gb = b2 if shared else entries(b2, whole_b, i0, i1, (k, n))
+            group_step(i1 - i0)(ga, gb, out[i0:i1])
 
     return step
 
