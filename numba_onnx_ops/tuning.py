@@ -50,9 +50,10 @@ HALF_WIDEN_MIN_ROWS = 8
 # 311 / 258.
 HALF_WIDEN_HERE_MAX = 1 << 20
 
-# Batches of smaller bfloat16 products (at most DIRECT_HALF_MAX_MNK a matrix), of at least this
-# many multiply-adds in all, are widened to float32 whole, multiplied on the micro-kernel and
-# narrowed (``half_panels.widened_plan``, which takes larger ones at any count).  Zen 3, own
+# Batches of the other bfloat16 products short of the panels (at most DIRECT_HALF_MAX_MNK a
+# matrix, or fewer than HALF_WIDEN_MIN_ROWS rows), C-contiguous, of at least this many
+# multiply-adds in all, are widened to float32 whole, multiplied on the micro-kernel and
+# narrowed (``half_panels.widened_plan``, which takes the rest at any count).  Zen 3, own
 # kernels / widened, 1 thread and 2: bfloat16 16 x 64^3 739 / 346 and 1095 / 300 us; below it,
 # 16 x 32x64x32 164 / 109 and 90 / 131, 256 x 16^3 237 / 271 and 130 / 264.  float16's batches
 # of these keep the own kernels, which widen as they read: 256 x 32^3 1124 / 1057 and 689 / 856.

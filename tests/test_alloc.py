@@ -108,13 +108,17 @@ def _kept_buffers() -> list:
 def _half_product(rng) -> tuple:
     """A float16 product whose float32 copies go through a thread's kept scratch buffer, and
     numpy's float32 product of the same operands (exact: small integers)."""
-    if not own.vector_bits():
-        pytest.skip("no vector micro-kernel: these products take no scratch")
     a = rng.integers(-3, 4, (32, 256)).astype(np.float16)
     b = rng.integers(-3, 4, (256, 256)).astype(np.float16)
     return nox.matmul(a, b), (a.astype(np.float32) @ b.astype(np.float32)).astype(np.float16)
 
 
+_SCRATCH_TAKEN = pytest.mark.skipif(
+    not own.vector_bits(), reason="no vector micro-kernel: these products take no scratch"
+)
+
+
+@_SCRATCH_TAKEN
 def test_release_memory_drops_the_scratch_threads_keep():
     rng = np.random.default_rng(5)
     computed, released = threading.Event(), threading.Event()
@@ -142,6 +146,7 @@ def test_release_memory_drops_the_scratch_threads_keep():
         assert np.array_equal(computed_, expected)
 
 
+@_SCRATCH_TAKEN
 def test_a_finished_threads_scratch_goes_with_it():
     rng = np.random.default_rng(6)
     nox.release_memory()
